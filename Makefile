@@ -1,0 +1,36 @@
+# Two set-up commands: `make run` and `make test`. Both create .venv and install on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck unit slow bench clean
+
+# torch==2.13.0 (CPU wheel on this machine's disk) goes in first, so nothing pulls a CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/deepflow show configs/scenarios/gpt3-175b-a100.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check deepflow tests benchmarks
+	$(BIN)/ruff format --check deepflow tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,510 @@
+"""YAML files and presets -> validated specs.
+
+Presets are looked up by name in ``configs/<kind>/<name>.yaml`` under each directory of
+``$DEEPFLOW_CONFIG_PATH`` (``os.pathsep``-separated, first match wins) and then in the
+repository's own ``configs/``. A reference ending in ``.yaml`` is a path relative to the file
+that names it. An inline mapping may start from a preset with ``base: NAME`` and override keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deepflow.config._schema import (
+    Ctx,
+    build,
+    check_keys,
+    describe_value,
+    require_mapping,
+    suggest,
+    yaml_keys,
+)
+from deepflow.config.scaling import apply_scaling
+from deepflow.config.specs import (
+    DesignDeviceSpec,
+    DeviceSpec,
+    DramTechSpec,
+    GemmSpec,
+    LinkTechSpec,
+    LogicTechSpec,
+    LstmSpec,
+    MappingSpec,
+    ModelSpec,
+    NetworkSpec,
+    Scenario,
+    SystemSpec,
+    TechSpec,
+    TransformerSpec,
+    WorkloadSpec,
+)
+from deepflow.errors import ConfigError
+
+__all__ = [
+    "PRESET_KINDS",
+    "builtin_config_dir",
+    "list_presets",
+    "load_device",
+    "load_model",
+    "load_network",
+    "load_scenario",
+    "load_technology",
+    "preset_path",
+    "read_yaml",
+    "scenario_from_mapping",
+]
+
+PRESET_KINDS = ("devices", "networks", "models", "technologies", "scenarios", "spaces", "studies")
+_KIND_NOUN = {
+    "devices": "device",
+    "networks": "network",
+    "models": "model",
+    "technologies": "technology",
+}
+TECH_CLASSES: dict[str, type[LogicTechSpec] | type[DramTechSpec] | type[LinkTechSpec]] = {
+    "logic": LogicTechSpec,
+    "dram": DramTechSpec,
+    "link": LinkTechSpec,
+}
+#: design-mode keys that name technology presets, and the kind each must be.
+DESIGN_REFS = {
+    "technology": "logic",
+    "dram_technology": "dram",
+    "scale_up_link": "link",
+    "scale_out_link": "link",
+}
+SCENARIO_KEYS = ("system", "workload", "mapping")
+SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
+WORKLOAD_KEYS = ("model", "global_batch_size", "precision")
+MODEL_CLASSES: dict[str, type[TransformerSpec] | type[LstmSpec] | type[GemmSpec]] = {
+    "transformer": TransformerSpec,
+    "lstm": LstmSpec,
+    "gemm": GemmSpec,
+}
+
+
+def builtin_config_dir() -> Path:
+    """The repository's ``configs/`` directory (next to the ``deepflow`` package)."""
+    return Path(__file__).resolve().parents[2] / "configs"
+
+
+def _search_dirs() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get("DEEPFLOW_CONFIG_PATH", "").split(os.pathsep) if p]
+    return [*extra, builtin_config_dir()]
+
+
+def list_presets(kind: str) -> list[str]:
+    """Names of the presets of one kind (``devices``, ``networks``, ``models``, ...)."""
+    names: set[str] = set()
+    for root in _search_dirs():
+        folder = root / kind
+        if folder.is_dir():
+            names.update(p.stem for p in folder.glob("*.yaml"))
+    return sorted(names)
+
+
+def preset_path(kind: str, name: str) -> Path | None:
+    """The file of preset ``name`` of ``kind``, or None."""
+    for root in _search_dirs():
+        candidate = root / kind / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _display(path: Path) -> str:
+    """A path as shown in messages: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def read_yaml(path: str | Path, *, what: str = "a YAML mapping") -> Mapping[str, Any]:
+    """Read a YAML file whose top level must be a mapping.
+
+    Raises:
+        ConfigError: missing file, a directory, empty file, YAML syntax error, or a top level
+            that is not a mapping. The message starts with the file name.
+    """
+    p = Path(path)
+    shown = str(path)
+    if not p.exists():
+        raise ConfigError(f"{shown}: no such file.")
+    if p.is_dir():
+        raise ConfigError(f"{shown}: is a directory, not a YAML file.")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{shown}: cannot be read ({exc}).") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{shown}: YAML syntax error{where}: {problem}.") from exc
+    if data is None:
+        raise ConfigError(f"{shown}: file is empty; expected {what}.")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{shown}: top level must be {what}; got {describe_value(data)}.")
+    return data
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _resolve(
+    kind: str, value: object, ctx: Ctx, base_dir: Path
+) -> tuple[Mapping[str, Any], Ctx, str]:
+    """A reference (preset name, relative ``.yaml`` path or inline mapping) -> raw mapping.
+
+    Returns the raw mapping, the context its keys are reported against, and a display name.
+    """
+    noun = _KIND_NOUN.get(kind, kind)
+    if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+        path = base_dir / value
+        if not path.is_file():
+            raise ctx.error(f"refers to {value!r}, but {_display(path)} does not exist.")
+        return read_yaml(path, what=f"a {noun} mapping"), Ctx(_display(path)), path.stem
+    if isinstance(value, str):
+        path_or_none = preset_path(kind, value)
+        if path_or_none is None:
+            names = list_presets(kind)
+            near = suggest(value, names)
+            hint = f"; did you mean '{near}'?" if near else "."
+            raise ctx.error(
+                f"names an unknown {noun} preset {value!r}{hint} Available: {', '.join(names)}."
+            )
+        return read_yaml(path_or_none, what=f"a {noun} mapping"), Ctx(_display(path_or_none)), value
+    if isinstance(value, Mapping):
+        if "base" not in value:
+            return value, ctx, str(value.get("name", f"inline-{noun}"))
+        base_raw, base_ctx, base_name = _resolve(kind, value["base"], ctx.child("base"), base_dir)
+        override = {k: v for k, v in value.items() if k != "base"}
+        # Validate the base on its own first, so its own errors name its own file.
+        _validate_base(kind, base_raw, base_ctx, base_name, _file_dir(base_ctx, base_dir))
+        return _deep_merge(base_raw, override), ctx, f"{base_name}+overrides"
+    raise ctx.invalid(f"a {noun} preset name or a mapping", value)
+
+
+def _validate_base(kind: str, raw: Mapping[str, Any], ctx: Ctx, name: str, base_dir: Path) -> None:
+    if kind == "devices":
+        _device_from_raw(raw, ctx, name, base_dir)
+    elif kind == "networks":
+        _network_from_raw(raw, ctx, name)
+    elif kind == "models":
+        _model_from_raw(raw, ctx, name)
+
+
+def _file_dir(ctx: Ctx, fallback: Path) -> Path:
+    """Directory of the file a context points at (for relative references inside it)."""
+    path = Path(ctx.file)
+    return path.resolve().parent if path.is_file() else fallback
+
+
+def _device_from_raw(
+    raw: Mapping[str, Any], ctx: Ctx, name: str, base_dir: Path
+) -> DeviceSpec | DesignDeviceSpec:
+    mode = raw.get("mode", "spec")
+    if mode == "spec":
+        return build(DeviceSpec, raw, ctx, extra={"name": name})
+    if mode != "design":
+        raise ctx.child("mode").error(f"must be one of: spec, design; got {describe_value(mode)}.")
+    check_keys(raw, [*yaml_keys(DesignDeviceSpec), *DESIGN_REFS], ctx)
+    refs: dict[str, TechSpec | None] = {}
+    for ref_key, tech_kind in DESIGN_REFS.items():
+        value = raw.get(ref_key)
+        if value is None:
+            if ref_key in ("technology", "dram_technology"):
+                raise ctx.child(ref_key).error(f"is required (a {tech_kind} technology preset).")
+            refs[ref_key] = None
+            continue
+        refs[ref_key] = load_technology_ref(value, ctx.child(ref_key), base_dir, kind=tech_kind)
+    rest = {k: v for k, v in raw.items() if k not in DESIGN_REFS}
+    spec = build(DesignDeviceSpec, rest, ctx, extra={"name": name, **refs})
+    for part in ("scale_up", "scale_out"):
+        uses = getattr(spec.area_mm2, part) > 0 or getattr(spec.power_W, part) > 0
+        if uses and refs[f"{part}_link"] is None:
+            raise ctx.child(f"{part}_link").error(
+                f"is required: area_mm2.{part} or power_W.{part} is > 0."
+            )
+    return spec
+
+
+def load_technology_ref(
+    value: object, ctx: Ctx, base_dir: Path, *, kind: str | None = None
+) -> TechSpec:
+    """A technology from a preset name, ``.yaml`` path or inline mapping.
+
+    Presets may derive from another with ``scale_from: {base: NAME, steps: N}`` (the DeepFlow
+    per-node scaling rule, :mod:`deepflow.config.scaling`), then override keys.
+    """
+    raw, rctx, name = _resolve("technologies", value, ctx, base_dir)
+    tech_kind = raw.get("kind")
+    if tech_kind not in TECH_CLASSES:
+        raise rctx.child("kind").error(
+            f"must be one of: logic, dram, link; got {describe_value(tech_kind)}."
+        )
+    if kind is not None and tech_kind != kind:
+        raise ctx.error(f"must name a {kind} technology; {name!r} is a {tech_kind} technology.")
+    if "scale_from" in raw:
+        raw = _scaled_raw(raw, rctx, str(tech_kind), _file_dir(rctx, base_dir))
+    return build(TECH_CLASSES[str(tech_kind)], raw, rctx, extra={"name": name})
+
+
+def _scaled_raw(raw: Mapping[str, Any], ctx: Ctx, kind: str, base_dir: Path) -> dict[str, Any]:
+    sctx = ctx.child("scale_from")
+    spec = require_mapping(raw["scale_from"], sctx)
+    check_keys(spec, ("base", "steps"), sctx)
+    steps = spec.get("steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise sctx.child("steps").invalid("an integer >= 0", steps)
+    if not isinstance(spec.get("base"), str):
+        raise sctx.child("base").invalid("a technology preset name", spec.get("base"))
+    base_raw, base_ctx, _ = _resolve("technologies", spec["base"], sctx.child("base"), base_dir)
+    if base_raw.get("kind") != kind:
+        raise sctx.child("base").error(
+            f"must be a {kind} technology; got {describe_value(base_raw.get('kind'))}."
+        )
+    if "scale_from" in base_raw:
+        base_raw = _scaled_raw(base_raw, base_ctx, kind, _file_dir(base_ctx, base_dir))
+    scaled = apply_scaling(base_raw, kind, steps)
+    overrides = {k: v for k, v in raw.items() if k != "scale_from"}
+    return _deep_merge(scaled, overrides)
+
+
+def _network_from_raw(raw: Mapping[str, Any], ctx: Ctx, name: str) -> NetworkSpec:
+    net = build(NetworkSpec, raw, ctx, extra={"name": name})
+    for part in ("scale_up", "scale_out"):
+        link = getattr(net, part)
+        part_ctx = ctx.child(part)
+        needs_shape = link.topology in ("torus-2d", "torus-3d", "mesh-2d")
+        if needs_shape and link.shape:
+            dims = {"torus-2d": 2, "torus-3d": 3, "mesh-2d": 2}[link.topology]
+            if len(link.shape) != dims:
+                raise part_ctx.child("shape").error(
+                    f"must have {dims} dimensions for topology {link.topology}; "
+                    f"got {list(link.shape)}."
+                )
+        elif link.shape and not needs_shape:
+            raise part_ctx.child("shape").error(
+                f"is only used by torus-2d, torus-3d and mesh-2d; topology is {link.topology}."
+            )
+    up = net.scale_up
+    if up.shape:
+        product = 1
+        for d in up.shape:
+            product *= d
+        if product != up.domain_size:
+            raise ctx.child("scale_up.shape").error(
+                f"{list(up.shape)} holds {product} devices but scale_up.domain_size is "
+                f"{up.domain_size}."
+            )
+    return net
+
+
+def _model_from_raw(raw: Mapping[str, Any], ctx: Ctx, name: str) -> ModelSpec:
+    kind = raw.get("kind")
+    if kind not in MODEL_CLASSES:
+        near = suggest(kind, list(MODEL_CLASSES)) if isinstance(kind, str) else None
+        hint = f" (did you mean '{near}'?)" if near else ""
+        if kind is None:
+            raise ctx.child("kind").error("is required (one of: transformer, lstm, gemm).")
+        raise ctx.child("kind").error(
+            f"must be one of: transformer, lstm, gemm; got {describe_value(kind)}{hint}."
+        )
+    model = build(MODEL_CLASSES[kind], raw, ctx, extra={"name": name})
+    if isinstance(model, TransformerSpec):
+        model = _complete_transformer(model, ctx)
+    return model
+
+
+def _complete_transformer(m: TransformerSpec, ctx: Ctx) -> TransformerSpec:
+    kv = m.num_kv_heads or m.num_attention_heads
+    ffn = m.ffn_hidden_size or 4 * m.hidden_size
+    if m.hidden_size % m.num_attention_heads:
+        raise ctx.child("num_attention_heads").error(
+            f"({m.num_attention_heads}) must divide hidden_size ({m.hidden_size})."
+        )
+    if m.num_attention_heads % kv:
+        raise ctx.child("num_kv_heads").error(
+            f"({kv}) must divide num_attention_heads ({m.num_attention_heads})."
+        )
+    if m.experts_per_token > m.num_experts:
+        raise ctx.child("experts_per_token").error(
+            f"({m.experts_per_token}) must be <= num_experts ({m.num_experts})."
+        )
+    return dataclasses.replace(m, num_kv_heads=kv, ffn_hidden_size=ffn)
+
+
+def load_device(
+    ref: str | Mapping[str, Any], *, base_dir: Path | None = None
+) -> DeviceSpec | DesignDeviceSpec:
+    """A device spec (spec or design mode) from a preset name, ``.yaml`` path or mapping."""
+    base = base_dir or Path.cwd()
+    raw, rctx, name = _resolve("devices", ref, Ctx("<device>"), base)
+    return _device_from_raw(raw, rctx, name, _file_dir(rctx, base))
+
+
+def load_technology(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) -> TechSpec:
+    """A logic, DRAM or link technology from a preset name, ``.yaml`` path or mapping."""
+    return load_technology_ref(ref, Ctx("<technology>"), base_dir or Path.cwd())
+
+
+def load_network(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) -> NetworkSpec:
+    """A network spec from a preset name, a ``.yaml`` path or an inline mapping."""
+    raw, rctx, name = _resolve("networks", ref, Ctx("<network>"), base_dir or Path.cwd())
+    return _network_from_raw(raw, rctx, name)
+
+
+def load_model(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) -> ModelSpec:
+    """A model spec from a preset name, a ``.yaml`` path or an inline mapping."""
+    raw, rctx, name = _resolve("models", ref, Ctx("<model>"), base_dir or Path.cwd())
+    return _model_from_raw(raw, rctx, name)
+
+
+def _section(raw: Mapping[str, Any], name: str, ctx: Ctx, *, required: bool) -> Mapping[str, Any]:
+    if name not in raw:
+        if required:
+            raise ctx.child(name).error("is required.")
+        return {}
+    value = raw[name]
+    if value is None:
+        if required:
+            raise ctx.child(name).error("is empty; give a mapping.")
+        return {}
+    return require_mapping(value, ctx.child(name))
+
+
+def scenario_from_mapping(
+    raw: Mapping[str, Any], *, file: str = "<scenario>", base_dir: Path | None = None
+) -> Scenario:
+    """Build a :class:`Scenario` from an already parsed YAML mapping.
+
+    Raises:
+        ConfigError: naming ``file`` and the dotted key of the first problem found.
+    """
+    top = Ctx(file)
+    base = base_dir or Path.cwd()
+    check_keys(raw, SCENARIO_KEYS, top)
+
+    sys_raw = _section(raw, "system", top, required=True)
+    sys_ctx = top.child("system")
+    check_keys(sys_raw, SYSTEM_KEYS, sys_ctx)
+    for name in ("device", "network"):
+        if sys_raw.get(name) is None:
+            raise sys_ctx.child(name).error("is required.")
+    d_raw, d_ctx, d_name = _resolve("devices", sys_raw["device"], sys_ctx.child("device"), base)
+    device = _device_from_raw(d_raw, d_ctx, d_name, _file_dir(d_ctx, base))
+    n_raw, n_ctx, n_name = _resolve("networks", sys_raw["network"], sys_ctx.child("network"), base)
+    network = _network_from_raw(n_raw, n_ctx, n_name)
+    counts = {k: sys_raw[k] for k in ("devices_per_node", "num_nodes") if k in sys_raw}
+    system = build(SystemSpec, counts, sys_ctx, extra={"device": device, "network": network})
+
+    wl_raw = _section(raw, "workload", top, required=True)
+    wl_ctx = top.child("workload")
+    check_keys(wl_raw, WORKLOAD_KEYS, wl_ctx)
+    if wl_raw.get("model") is None:
+        raise wl_ctx.child("model").error("is required.")
+    m_raw, m_ctx, m_name = _resolve("models", wl_raw["model"], wl_ctx.child("model"), base)
+    model = _model_from_raw(m_raw, m_ctx, m_name)
+    rest = {k: v for k, v in wl_raw.items() if k != "model"}
+    workload = build(WorkloadSpec, rest, wl_ctx, extra={"model": model})
+
+    mapping = build(
+        MappingSpec, _section(raw, "mapping", top, required=False), top.child("mapping")
+    )
+    scenario = Scenario(system=system, workload=workload, mapping=mapping, source=file)
+    _check_consistency(scenario, top)
+    return scenario
+
+
+def _check_consistency(s: Scenario, top: Ctx) -> None:
+    """Cross-field rules: mapping vs system, mapping vs model, precision vs device."""
+    m, sysm, wl = s.mapping, s.system, s.workload
+    if m.num_devices != sysm.num_devices:
+        raise top.child("mapping").error(
+            f"degrees do not match the system: data_parallel {m.data_parallel} × tensor_parallel "
+            f"{m.tensor_parallel} × pipeline_parallel {m.pipeline_parallel} × context_parallel "
+            f"{m.context_parallel} = {m.num_devices} devices, but system has devices_per_node "
+            f"{sysm.devices_per_node} × num_nodes {sysm.num_nodes} = {sysm.num_devices}."
+        )
+    domain = sysm.network.scale_up.domain_size
+    if sysm.devices_per_node > domain:
+        raise top.child("system.devices_per_node").error(
+            f"({sysm.devices_per_node}) must be <= the network's scale_up.domain_size ({domain})."
+        )
+    if wl.precision not in sysm.device.precisions:
+        listed = ", ".join(sysm.device.precisions)
+        raise top.child("workload.precision").error(
+            f"is {wl.precision}, which device {sysm.device.name} does not support "
+            f"(it lists: {listed})."
+        )
+    per_step = m.data_parallel * m.micro_batch_size
+    if wl.global_batch_size % per_step:
+        raise top.child("workload.global_batch_size").error(
+            f"({wl.global_batch_size}) must be divisible by data_parallel {m.data_parallel} × "
+            f"micro_batch_size {m.micro_batch_size} = {per_step}."
+        )
+    model = wl.model
+    if not isinstance(model, TransformerSpec):
+        return
+    mctx = top.child("mapping")
+    if model.num_attention_heads % m.tensor_parallel or model.num_kv_heads % m.tensor_parallel:
+        raise mctx.child("tensor_parallel").error(
+            f"({m.tensor_parallel}) must divide the model's num_attention_heads "
+            f"({model.num_attention_heads}) and num_kv_heads ({model.num_kv_heads})."
+        )
+    if m.pipeline_parallel > model.num_layers:
+        raise mctx.child("pipeline_parallel").error(
+            f"({m.pipeline_parallel}) must be <= the model's num_layers ({model.num_layers})."
+        )
+    if m.virtual_pipeline_stages > 1:
+        if m.pipeline_parallel == 1:
+            raise mctx.child("virtual_pipeline_stages").error(
+                f"({m.virtual_pipeline_stages}) > 1 needs pipeline_parallel > 1."
+            )
+        chunks = m.pipeline_parallel * m.virtual_pipeline_stages
+        if model.num_layers % chunks:
+            raise mctx.child("virtual_pipeline_stages").error(
+                f"pipeline_parallel {m.pipeline_parallel} × virtual_pipeline_stages "
+                f"{m.virtual_pipeline_stages} = {chunks} must divide num_layers "
+                f"({model.num_layers})."
+            )
+    if model.seq_length % m.context_parallel:
+        raise mctx.child("context_parallel").error(
+            f"({m.context_parallel}) must divide the model's seq_length ({model.seq_length})."
+        )
+    if m.expert_parallel > 1:
+        if model.num_experts % m.expert_parallel:
+            raise mctx.child("expert_parallel").error(
+                f"({m.expert_parallel}) must divide the model's num_experts ({model.num_experts})."
+            )
+        if m.data_parallel % m.expert_parallel:
+            raise mctx.child("expert_parallel").error(
+                f"({m.expert_parallel}) must divide data_parallel ({m.data_parallel}): experts "
+                "are sharded across data-parallel ranks."
+            )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file (contract: system, workload, mapping).
+
+    Raises:
+        ConfigError: the message names the file and the dotted key of the problem.
+    """
+    raw = read_yaml(path, what="a scenario mapping with keys system, workload, mapping")
+    return scenario_from_mapping(raw, file=str(path), base_dir=Path(path).resolve().parent)

@@ -1,0 +1,387 @@
+"""Frozen, validated specs: the three orthogonal inputs (workload, mapping, system).
+
+Field names are SI with the unit in the name (``hbm_bandwidth_Bps``); the YAML key of each
+field (``hbm_bandwidth_GBps``) and its conversion factor are declared with :func:`key`.
+Units are converted once, here, at load time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from deepflow.config._schema import key
+
+__all__ = [
+    "FFN_ACTIVATIONS",
+    "PEAK_PRECISIONS",
+    "RECOMPUTE_MODES",
+    "TOPOLOGIES",
+    "WORKLOAD_PRECISIONS",
+    "AnyDeviceSpec",
+    "AreaBudgetSpec",
+    "DesignDeviceSpec",
+    "DeviceSpec",
+    "DramTechSpec",
+    "GemmSpec",
+    "LinkTechSpec",
+    "LogicTechSpec",
+    "LstmSpec",
+    "MappingSpec",
+    "ModelSpec",
+    "NetworkSpec",
+    "PerimeterBudgetSpec",
+    "PowerBudgetSpec",
+    "ScaleOutSpec",
+    "ScaleUpSpec",
+    "Scenario",
+    "SramLevelsSpec",
+    "SramTechSpec",
+    "SystemSpec",
+    "TechSpec",
+    "TransformerSpec",
+    "WorkloadSpec",
+]
+
+GB = 1e9
+GiB = 2**30
+MiB = 2**20
+KiB = 2**10
+TERA = 1e12
+
+#: Precisions a device may list a dense peak for (``int8`` in TOP/s).
+PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
+#: Training precisions a workload may ask for (contract).
+WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
+FFN_ACTIVATIONS = ("gelu", "swiglu")
+RECOMPUTE_MODES = ("none", "selective", "full")
+HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
+
+
+# ----------------------------------------------------------------------------------- devices
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpec:
+    """A device described by its datasheet (spec mode)."""
+
+    name: str
+    mode: str = key("mode", choices=("spec",), default="spec")
+    description: str = key("description", default="")
+    process_node_nm: float = key("process_node_nm", gt=0, doc="logic process node")
+    die_area_mm2: float = key("die_area_mm2", gt=0, doc="compute silicon, all dies")
+    num_dies: int = key("num_dies", ge=1, default=1)
+    tdp_W: float = key("tdp_W", gt=0)
+    num_sms: int = key("num_sms", ge=1, doc="compute clusters (SMs, MXUs)")
+    clock_Hz: float = key("clock_GHz", scale=1e9, gt=0)
+    peak_flops: Mapping[str, float] = key(
+        "peak_dense_TFLOPS", scale=TERA, gt=0, keys=PEAK_PRECISIONS, doc="dense FLOP/s by precision"
+    )
+    hbm_technology: str = key("hbm_technology", choices=HBM_TECHNOLOGIES)
+    hbm_num_stacks: int = key("hbm_num_stacks", ge=1)
+    hbm_capacity_B: float = key("hbm_capacity_GiB", scale=GiB, gt=0)
+    hbm_bandwidth_Bps: float = key("hbm_bandwidth_GBps", scale=GB, gt=0)
+    l2_capacity_B: float = key("l2_capacity_MiB", scale=MiB, ge=0)
+    l1_capacity_per_sm_B: float = key("l1_capacity_per_sm_KiB", scale=KiB, ge=0)
+    register_file_per_sm_B: float = key("register_file_per_sm_KiB", scale=KiB, ge=0)
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """Precisions with a datasheet dense peak."""
+        return tuple(self.peak_flops)
+
+
+# ---------------------------------------------------------------------------------- networks
+@dataclass(frozen=True, kw_only=True)
+class ScaleUpSpec:
+    """The scale-up domain (one node of the scenario): NVSwitch, ICI torus, wafer mesh."""
+
+    topology: str = key("topology", choices=TOPOLOGIES)
+    domain_size: int = key("domain_size", ge=1)
+    bandwidth_Bps: float = key("bandwidth_GBps", scale=GB, gt=0, doc="per device, per direction")
+    latency_s: float = key("latency_us", scale=1e-6, ge=0)
+    shape: tuple[int, ...] = key("shape", ge=1, default=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleOutSpec:
+    """The network between scale-up domains."""
+
+    topology: str = key("topology", choices=TOPOLOGIES)
+    bandwidth_Bps: float = key("bandwidth_GBps", scale=GB, gt=0, doc="per device, per direction")
+    latency_s: float = key("latency_us", scale=1e-6, ge=0)
+    shape: tuple[int, ...] = key("shape", ge=1, default=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    name: str
+    description: str = key("description", default="")
+    scale_up: ScaleUpSpec = key("scale_up")
+    scale_out: ScaleOutSpec = key("scale_out")
+
+
+# ------------------------------------------------------------------------------------ models
+@dataclass(frozen=True, kw_only=True)
+class TransformerSpec:
+    """Decoder-only transformer (GPT/Llama style), optionally mixture-of-experts."""
+
+    name: str
+    kind: str = key("kind", choices=("transformer",))
+    description: str = key("description", default="")
+    num_layers: int = key("num_layers", ge=1)
+    hidden_size: int = key("hidden_size", ge=1)
+    num_attention_heads: int = key("num_attention_heads", ge=1)
+    num_kv_heads: int = key("num_kv_heads", ge=1, default=0, doc="0 = num_attention_heads")
+    ffn_hidden_size: int = key("ffn_hidden_size", ge=1, default=0, doc="0 = 4 * hidden_size")
+    ffn_activation: str = key("ffn_activation", choices=FFN_ACTIVATIONS, default="gelu")
+    seq_length: int = key("seq_length", ge=1)
+    vocab_size: int = key("vocab_size", ge=1)
+    num_experts: int = key("num_experts", ge=1, default=1)
+    experts_per_token: int = key("experts_per_token", ge=1, default=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LstmSpec:
+    """The DeepFlow paper's LSTM language model (crossflow-reference §4.7)."""
+
+    name: str
+    kind: str = key("kind", choices=("lstm",))
+    description: str = key("description", default="")
+    num_layers: int = key("num_layers", ge=1)
+    hidden_size: int = key("hidden_size", ge=1)
+    vocab_size: int = key("vocab_size", ge=1)
+    seq_length: int = key("seq_length", ge=1)
+    projection_size: int = key("projection_size", ge=0, default=0, doc="0 = no projection")
+    num_gates: int = key("num_gates", ge=1, default=4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmSpec:
+    """One GEMM C[m, n] = A[m, k] @ B[k, n]."""
+
+    name: str
+    kind: str = key("kind", choices=("gemm",))
+    description: str = key("description", default="")
+    m: int = key("m", ge=1)
+    k: int = key("k", ge=1)
+    n: int = key("n", ge=1)
+
+
+ModelSpec = TransformerSpec | LstmSpec | GemmSpec
+
+
+# -------------------------------------------------------------------------- scenario parts
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSpec:
+    model: ModelSpec
+    global_batch_size: int = key("global_batch_size", ge=1, default=1)
+    precision: str = key("precision", choices=WORKLOAD_PRECISIONS, default="bf16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MappingSpec:
+    """How the workload runs: parallel degrees, micro-batching, recompute, ZeRO (contract)."""
+
+    data_parallel: int = key("data_parallel", ge=1, default=1)
+    tensor_parallel: int = key("tensor_parallel", ge=1, default=1)
+    pipeline_parallel: int = key("pipeline_parallel", ge=1, default=1)
+    context_parallel: int = key("context_parallel", ge=1, default=1)
+    expert_parallel: int = key("expert_parallel", ge=1, default=1)
+    micro_batch_size: int = key("micro_batch_size", ge=1, default=1)
+    virtual_pipeline_stages: int = key("virtual_pipeline_stages", ge=1, default=1)
+    sequence_parallel: bool = key("sequence_parallel", default=True)
+    activation_recompute: str = key(
+        "activation_recompute", choices=RECOMPUTE_MODES, default="selective"
+    )
+    zero_stage: int = key("zero_stage", ge=0, le=3, default=1)
+
+    @property
+    def num_devices(self) -> int:
+        return (
+            self.data_parallel
+            * self.tensor_parallel
+            * self.pipeline_parallel
+            * self.context_parallel
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemSpec:
+    device: DeviceSpec | DesignDeviceSpec
+    network: NetworkSpec
+    devices_per_node: int = key("devices_per_node", ge=1)
+    num_nodes: int = key("num_nodes", ge=1, default=1)
+
+    @property
+    def num_devices(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """One fully resolved evaluation input."""
+
+    system: SystemSpec
+    workload: WorkloadSpec
+    mapping: MappingSpec
+    source: str = ""
+
+
+# ------------------------------------------------------------------------------ technology
+@dataclass(frozen=True, kw_only=True)
+class SramTechSpec:
+    """One SRAM level's technology (crossflow-reference §3.4)."""
+
+    area_per_bit_mm2: float = key("area_per_bit_mm2", gt=0, doc="incl. cache periphery")
+    energy_per_bit_J: float = key("energy_per_bit_fJ", scale=1e-15, gt=0)
+    static_power_per_bit_W: float = key("static_power_per_bit_pW", scale=1e-12, ge=0)
+    bank_capacity_B: float = key("bank_capacity_KiB", scale=KiB, gt=0)
+    overhead_fraction: float = key("overhead_fraction", ge=0, lt=1, doc="area that is not cells")
+    controller_area_per_bank_per_sm_mm2: float = key(
+        "controller_area_per_bank_per_sm_mm2", ge=0, default=0.0
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SramLevelsSpec:
+    l2: SramTechSpec = key("l2")
+    l1: SramTechSpec = key("l1")
+    register_file: SramTechSpec = key("register_file")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogicTechSpec:
+    """A logic process node: compute units, voltages and SRAM (crossflow-reference §3.1–3.4)."""
+
+    name: str
+    kind: str = key("kind", choices=("logic",))
+    description: str = key("description", default="")
+    process_node_nm: float = key("process_node_nm", gt=0)
+    mcu_area_mm2: float = key("mcu_area_mm2", gt=0, doc="one matrix unit (tensor core) + SM share")
+    mcu_flops_per_cycle: float = key("mcu_flops_per_cycle", gt=0, doc="dense fp16 FLOP/cycle")
+    mcu_nominal_power_W: float = key("mcu_nominal_power_W", gt=0, doc="at nominal V and f")
+    mcus_per_sm: int = key("mcus_per_sm", ge=1)
+    nominal_freq_Hz: float = key("nominal_freq_GHz", scale=1e9, gt=0)
+    nominal_voltage_V: float = key("nominal_voltage_V", gt=0)
+    threshold_voltage_V: float = key("threshold_voltage_V", gt=0)
+    margin_voltage_V: float = key("margin_voltage_V", ge=0)
+    precision_ratio: Mapping[str, float] = key(
+        "precision_ratio",
+        gt=0,
+        keys=PEAK_PRECISIONS,
+        default={"fp16": 1.0, "bf16": 1.0},
+        doc="dense FLOP/cycle of each precision relative to fp16",
+    )
+    sram: SramLevelsSpec = key("sram")
+    wafer_cost_usd: float = key("wafer_cost_usd", gt=0)
+    defect_density_per_cm2: float = key("defect_density_per_cm2", ge=0)
+    yield_alpha: float = key("yield_alpha", gt=0, default=3.0, doc="negative-binomial clustering")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DramTechSpec:
+    """A DRAM (HBM) generation per stack (crossflow-reference §3.3, technology-facts §3)."""
+
+    name: str
+    kind: str = key("kind", choices=("dram",))
+    description: str = key("description", default="")
+    stack_capacity_B: float = key("stack_capacity_GiB", scale=GiB, gt=0)
+    pins_per_stack: int = key("pins_per_stack", ge=1)
+    nominal_pin_rate_bps: float = key("nominal_pin_rate_Gbps", scale=1e9, gt=0)
+    energy_per_bit_J: float = key("energy_per_bit_pJ", scale=1e-12, gt=0)
+    static_power_per_bit_W: float = key("static_power_per_bit_pW", scale=1e-12, ge=0)
+    stack_footprint_mm2: float = key("stack_footprint_mm2", gt=0, doc="package area per stack")
+    controller_area_mm2: float = key("controller_area_mm2", gt=0, doc="PHY+controller on the die")
+    nominal_voltage_V: float = key("nominal_voltage_V", gt=0)
+    threshold_voltage_V: float = key("threshold_voltage_V", gt=0)
+    margin_voltage_V: float = key("margin_voltage_V", ge=0)
+    max_voltage_V: float = key("max_voltage_V", gt=0)
+    wires_per_mm: float = key("wires_per_mm", gt=0, doc="die-edge wires per mm")
+    latency_s: float = key("latency_ns", scale=1e-9, ge=0)
+    cost_usd_per_GiB: float = key("cost_usd_per_GiB", ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkTechSpec:
+    """A link (PHY) technology: die-to-die, wafer-scale, SerDes, optical (technology-facts §4)."""
+
+    name: str
+    kind: str = key("kind", choices=("link",))
+    description: str = key("description", default="")
+    energy_per_bit_J: float = key("energy_per_bit_pJ", scale=1e-12, gt=0)
+    wires_per_mm: float = key("wires_per_mm", gt=0, doc="die-edge wires (lanes) per mm")
+    area_per_wire_mm2: float = key("area_per_wire_mm2", gt=0, doc="PHY area per wire")
+    nominal_rate_bps: float = key("nominal_rate_Gbps", scale=1e9, gt=0, doc="per wire")
+    nominal_voltage_V: float = key("nominal_voltage_V", gt=0)
+    threshold_voltage_V: float = key("threshold_voltage_V", gt=0)
+    margin_voltage_V: float = key("margin_voltage_V", ge=0)
+    latency_s: float = key("latency_us", scale=1e-6, ge=0)
+    efficiency: float = key("efficiency", gt=0, le=1, doc="payload fraction (util)")
+
+
+TechSpec = LogicTechSpec | DramTechSpec | LinkTechSpec
+
+
+# --------------------------------------------------------------------------- design devices
+@dataclass(frozen=True, kw_only=True)
+class AreaBudgetSpec:
+    """Die area per component, mm² (CrossFlow area_breakdown at HEAD)."""
+
+    core: float = key("core", ge=0)
+    l2: float = key("l2", ge=0)
+    l1: float = key("l1", ge=0)
+    register_file: float = key("register_file", ge=0)
+    memory_controller: float = key("memory_controller", ge=0)
+    scale_up: float = key("scale_up", ge=0, default=0.0)
+    scale_out: float = key("scale_out", ge=0, default=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerBudgetSpec:
+    """Power per component, W (CrossFlow power_breakdown at HEAD)."""
+
+    core: float = key("core", ge=0)
+    dram: float = key("dram", ge=0)
+    l2: float = key("l2", ge=0)
+    l1: float = key("l1", ge=0)
+    register_file: float = key("register_file", ge=0)
+    scale_up: float = key("scale_up", ge=0, default=0.0)
+    scale_out: float = key("scale_out", ge=0, default=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerimeterBudgetSpec:
+    """Fraction of the die edge given to each I/O class."""
+
+    dram: float = key("dram", ge=0, le=1)
+    scale_up: float = key("scale_up", ge=0, le=1, default=0.0)
+    scale_out: float = key("scale_out", ge=0, le=1, default=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DesignDeviceSpec:
+    """A device derived from a technology and area/power/perimeter budgets (design mode)."""
+
+    name: str
+    mode: str = key("mode", choices=("design",))
+    description: str = key("description", default="")
+    technology: LogicTechSpec
+    dram_technology: DramTechSpec
+    scale_up_link: LinkTechSpec | None = None
+    scale_out_link: LinkTechSpec | None = None
+    die_area_mm2: float = key("die_area_mm2", gt=0)
+    package_area_mm2: float = key("package_area_mm2", gt=0)
+    tdp_W: float = key("tdp_W", gt=0)
+    scale_up_neighbours: int = key("scale_up_neighbours", ge=1, default=1)
+    scale_out_neighbours: int = key("scale_out_neighbours", ge=1, default=1)
+    area_mm2: AreaBudgetSpec = key("area_mm2")
+    power_W: PowerBudgetSpec = key("power_W")
+    perimeter_fraction: PerimeterBudgetSpec = key("perimeter_fraction")
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """Precisions the design's matrix units support."""
+        return tuple(self.technology.precision_ratio)
+
+
+AnyDeviceSpec = DeviceSpec | DesignDeviceSpec

@@ -1,0 +1,1 @@
+"""Design spaces, samplers and labelled Parquet datasets (issue: Datasets)."""

@@ -1,0 +1,1 @@
+"""The analytical CrossFlow model: pure, vectorised functions of specs."""

@@ -1,0 +1,428 @@
+"""Technology + budgets -> device capabilities, area, power, energy and cost (design mode).
+
+CrossFlow's derivation (crossflow-reference §3.2–3.5) with its bugs fixed (§8 item 6): the
+voltage floor keeps power within budget, DRAM above V_max clamps, and budget sums are
+checked as constraint columns (≤ 0 feasible) instead of being ignored.
+
+The derivation is pure and vectorised: :func:`derive` maps a table of n designs (a dict of
+equal-length arrays, columns :data:`DESIGN_COLUMNS`) to a table of n results. A single
+design is a batch of one (:func:`derive_one`), and a batch equals a loop of singles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.config.specs import (
+    PEAK_PRECISIONS,
+    DesignDeviceSpec,
+    DeviceSpec,
+    LinkTechSpec,
+    SramTechSpec,
+)
+from deepflow.errors import ConfigError
+from deepflow.oracle.technology import (
+    RETICLE_LIMIT_mm2,
+    die_cost_usd,
+    dies_per_wafer,
+    negative_binomial_yield,
+    operating_point,
+)
+
+__all__ = [
+    "DESIGN_COLUMNS",
+    "SRAM_LEVELS",
+    "derive",
+    "derive_one",
+    "design_table",
+    "device_summary",
+]
+
+F = NDArray[np.float64]
+SRAM_LEVELS = ("l2", "l1", "register_file")
+LINK_CLASSES = ("scale_up", "scale_out")
+_SRAM_FIELDS = (
+    "area_per_bit_mm2",
+    "energy_per_bit_J",
+    "static_power_per_bit_W",
+    "bank_capacity_B",
+    "overhead_fraction",
+    "controller_area_per_bank_per_sm_mm2",
+)
+_LINK_FIELDS = (
+    "energy_per_bit_J",
+    "wires_per_mm",
+    "area_per_wire_mm2",
+    "nominal_rate_bps",
+    "nominal_voltage_V",
+    "threshold_voltage_V",
+    "margin_voltage_V",
+    "latency_s",
+    "efficiency",
+)
+_DRAM_FIELDS = (
+    "stack_capacity_B",
+    "pins_per_stack",
+    "nominal_pin_rate_bps",
+    "energy_per_bit_J",
+    "static_power_per_bit_W",
+    "stack_footprint_mm2",
+    "controller_area_mm2",
+    "nominal_voltage_V",
+    "threshold_voltage_V",
+    "margin_voltage_V",
+    "max_voltage_V",
+    "wires_per_mm",
+    "latency_s",
+    "cost_usd_per_GiB",
+)
+_CORE_FIELDS = (
+    "process_node_nm",
+    "mcu_area_mm2",
+    "mcu_flops_per_cycle",
+    "mcu_nominal_power_W",
+    "mcus_per_sm",
+    "nominal_freq_Hz",
+    "nominal_voltage_V",
+    "threshold_voltage_V",
+    "margin_voltage_V",
+    "wafer_cost_usd",
+    "defect_density_per_cm2",
+    "yield_alpha",
+)
+_AREA_PARTS = ("core", "l2", "l1", "register_file", "memory_controller", "scale_up", "scale_out")
+_POWER_PARTS = ("core", "dram", "l2", "l1", "register_file", "scale_up", "scale_out")
+_PERIMETER_PARTS = ("dram", "scale_up", "scale_out")
+
+#: Input columns of :func:`derive` (SI units, one array each).
+DESIGN_COLUMNS: tuple[str, ...] = (
+    *(f"core_{f}" for f in _CORE_FIELDS),
+    *(f"ratio_{p}" for p in PEAK_PRECISIONS),
+    *(f"{lvl}_{f}" for lvl in SRAM_LEVELS for f in _SRAM_FIELDS),
+    *(f"dram_{f}" for f in _DRAM_FIELDS),
+    *(f"{c}_{f}" for c in LINK_CLASSES for f in _LINK_FIELDS),
+    *(f"{c}_neighbours" for c in LINK_CLASSES),
+    "die_area_mm2",
+    "package_area_mm2",
+    "tdp_W",
+    *(f"area_{p}_mm2" for p in _AREA_PARTS),
+    *(f"power_{p}_W" for p in _POWER_PARTS),
+    *(f"perimeter_{p}" for p in _PERIMETER_PARTS),
+)
+
+# A link class a design does not have: zero wires, zero power, finite placeholders (no NaN).
+_NO_LINK = {
+    "energy_per_bit_J": 1e-12,
+    "wires_per_mm": 0.0,
+    "area_per_wire_mm2": 1.0,
+    "nominal_rate_bps": 1.0,
+    "nominal_voltage_V": 1.0,
+    "threshold_voltage_V": 0.25,
+    "margin_voltage_V": 0.45,
+    "latency_s": 0.0,
+    "efficiency": 1.0,
+}
+
+
+def _design_row(spec: DesignDeviceSpec) -> dict[str, float]:
+    tech, dram = spec.technology, spec.dram_technology
+    row: dict[str, float] = {f"core_{f}": float(getattr(tech, f)) for f in _CORE_FIELDS}
+    for p in PEAK_PRECISIONS:
+        row[f"ratio_{p}"] = float(tech.precision_ratio.get(p, 0.0))
+    for lvl in SRAM_LEVELS:
+        sram: SramTechSpec = getattr(tech.sram, lvl)
+        for f in _SRAM_FIELDS:
+            row[f"{lvl}_{f}"] = float(getattr(sram, f))
+    for f in _DRAM_FIELDS:
+        row[f"dram_{f}"] = float(getattr(dram, f))
+    for c in LINK_CLASSES:
+        link: LinkTechSpec | None = getattr(spec, f"{c}_link")
+        for f in _LINK_FIELDS:
+            row[f"{c}_{f}"] = float(getattr(link, f)) if link is not None else _NO_LINK[f]
+        row[f"{c}_neighbours"] = float(getattr(spec, f"{c}_neighbours"))
+    row["die_area_mm2"] = spec.die_area_mm2
+    row["package_area_mm2"] = spec.package_area_mm2
+    row["tdp_W"] = spec.tdp_W
+    for p in _AREA_PARTS:
+        row[f"area_{p}_mm2"] = float(getattr(spec.area_mm2, p))
+    for p in _POWER_PARTS:
+        row[f"power_{p}_W"] = float(getattr(spec.power_W, p))
+    for p in _PERIMETER_PARTS:
+        row[f"perimeter_{p}"] = float(getattr(spec.perimeter_fraction, p))
+    return row
+
+
+def design_table(specs: Sequence[DesignDeviceSpec]) -> dict[str, F]:
+    """Stack design-mode device specs into the column table :func:`derive` takes."""
+    rows = [_design_row(s) for s in specs]
+    return {c: np.array([r[c] for r in rows], dtype=float) for c in DESIGN_COLUMNS}
+
+
+def _floor(x: F) -> F:
+    """Floor that forgives float noise (435/1.0875 = 399.99999… counts as 400)."""
+    return np.floor(x * (1.0 + 1e-12) + 1e-9)
+
+
+def _sram_level(t: Mapping[str, F], lvl: str, num_sms: F) -> dict[str, F]:
+    """One SRAM level: banks in the area budget, bandwidth from the power budget (§3.4)."""
+    cells = 1.0 - t[f"{lvl}_overhead_fraction"]
+    bank_bits = t[f"{lvl}_bank_capacity_B"] * 8.0
+    bank_area = bank_bits * t[f"{lvl}_area_per_bit_mm2"]
+    per_bank = bank_area + cells * num_sms * t[f"{lvl}_controller_area_per_bank_per_sm_mm2"]
+    banks = _floor(cells * t[f"area_{lvl}_mm2"] / per_bank)
+    capacity = banks * t[f"{lvl}_bank_capacity_B"]
+    static = t[f"{lvl}_static_power_per_bit_W"] * 8.0 * capacity
+    budget = t[f"power_{lvl}_W"]
+    dynamic = np.maximum(budget - static, 0.0)
+    energy = t[f"{lvl}_energy_per_bit_J"]
+    return {
+        f"{lvl}_num_banks": banks,
+        f"{lvl}_capacity_B": capacity,
+        f"{lvl}_bandwidth_Bps": dynamic / (8.0 * energy),
+        f"{lvl}_power_W": np.minimum(budget, static + dynamic),
+        f"{lvl}_static_power_W": static,
+        f"{lvl}_energy_per_bit_J": energy,
+        f"{lvl}_power_shortfall_W": np.maximum(static - budget, 0.0),
+    }
+
+
+def _link_class(t: Mapping[str, F], c: str, perimeter_mm: F) -> dict[str, F]:
+    """Wires in the area and die-edge budgets, rate from the power budget (§3.5)."""
+    by_area = np.divide(t[f"area_{c}_mm2"], t[f"{c}_area_per_wire_mm2"])
+    by_edge = t[f"perimeter_{c}"] * perimeter_mm * t[f"{c}_wires_per_mm"]
+    wires = _floor(np.minimum(by_area, by_edge))
+    nominal = t[f"{c}_energy_per_bit_J"] * wires * t[f"{c}_nominal_rate_bps"]
+    v, f, p = operating_point(
+        t[f"power_{c}_W"],
+        nominal,
+        t[f"{c}_nominal_rate_bps"],
+        t[f"{c}_nominal_voltage_V"],
+        t[f"{c}_threshold_voltage_V"],
+        t[f"{c}_margin_voltage_V"],
+    )
+    bandwidth = wires * f * t[f"{c}_efficiency"] / 8.0
+    return {
+        f"{c}_num_wires": wires,
+        f"{c}_voltage_V": v,
+        f"{c}_rate_bps": f,
+        f"{c}_bandwidth_Bps": bandwidth,
+        f"{c}_p2p_bandwidth_Bps": bandwidth / t[f"{c}_neighbours"],
+        f"{c}_latency_s": t[f"{c}_latency_s"],
+        f"{c}_power_W": p,
+        f"{c}_energy_per_bit_J": np.where(
+            wires > 0, t[f"{c}_energy_per_bit_J"] * (v / t[f"{c}_nominal_voltage_V"]) ** 2, 0.0
+        ),
+    }
+
+
+def _total(parts: Iterable[F]) -> F:
+    return np.asarray(np.sum(np.stack(list(parts)), axis=0), dtype=float)
+
+
+def derive(table: Mapping[str, Any]) -> dict[str, F]:
+    """Derive n devices from n (technology, budget) rows.
+
+    Args:
+        table: one array (or scalar, broadcast) per name in :data:`DESIGN_COLUMNS`, SI units.
+
+    Returns:
+        Result columns, each of shape (n,): capabilities (``peak_flops_<precision>``,
+        ``clock_Hz``, ``num_mcus``, ``num_sms``, ``<level>_capacity_B``/``_bandwidth_Bps``,
+        ``hbm_*``, ``<link>_bandwidth_Bps``), area and power by component, energy per FLOP
+        and per bit at each level, cost, and constraint columns ``area_excess_mm2``,
+        ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2`` (≤ 0 feasible) with
+        ``feasible``.
+
+    Raises:
+        ConfigError: a column is missing.
+    """
+    missing = [c for c in DESIGN_COLUMNS if c not in table]
+    if missing:
+        raise ConfigError(f"design table is missing columns: {', '.join(missing)}.")
+    t = dict(
+        zip(
+            DESIGN_COLUMNS,
+            np.broadcast_arrays(
+                *(np.atleast_1d(np.asarray(table[c], dtype=float)) for c in DESIGN_COLUMNS)
+            ),
+            strict=True,
+        )
+    )
+    out: dict[str, F] = {}
+    die = t["die_area_mm2"]
+    perimeter = 4.0 * np.sqrt(die)  # square die (crossflow-reference §3.5)
+
+    # ---- core (§3.2): MCUs from the area budget, clock from the power budget.
+    mcus = _floor(t["area_core_mm2"] / t["core_mcu_area_mm2"])
+    sms = _floor(mcus / t["core_mcus_per_sm"])
+    nominal = t["core_mcu_nominal_power_W"] * mcus
+    v, clock, p_core = operating_point(
+        t["power_core_W"], nominal, t["core_nominal_freq_Hz"], t["core_nominal_voltage_V"],
+        t["core_threshold_voltage_V"], t["core_margin_voltage_V"],
+    )  # fmt: skip
+    peak16 = t["core_mcu_flops_per_cycle"] * mcus * clock
+    out.update(num_mcus=mcus, num_sms=sms, core_voltage_V=v, clock_Hz=clock, core_power_W=p_core)
+    for p in PEAK_PRECISIONS:
+        out[f"peak_flops_{p}"] = peak16 * t[f"ratio_{p}"]
+    e_flop = t["core_mcu_nominal_power_W"] / (
+        t["core_mcu_flops_per_cycle"] * t["core_nominal_freq_Hz"]
+    )
+    out["energy_per_flop_J"] = e_flop * (v / t["core_nominal_voltage_V"]) ** 2  # fp16, §3.2
+
+    # ---- SRAM levels (§3.4).
+    for lvl in SRAM_LEVELS:
+        out.update(_sram_level(t, lvl, sms))
+
+    # ---- HBM (§3.3): stacks fit the package and the controller area; wires fit the die edge.
+    by_package = _floor(
+        np.maximum(t["package_area_mm2"] - die, 0.0) / t["dram_stack_footprint_mm2"]
+    )
+    by_ctrl = _floor(t["area_memory_controller_mm2"] / t["dram_controller_area_mm2"])
+    stacks = np.minimum(by_package, by_ctrl)
+    edge_wires = _floor(perimeter * t["perimeter_dram"] * t["dram_wires_per_mm"])
+    wires = np.minimum(edge_wires, t["dram_pins_per_stack"] * stacks)
+    capacity = stacks * t["dram_stack_capacity_B"]
+    static = t["dram_static_power_per_bit_W"] * 8.0 * capacity
+    dram_nominal = t["dram_energy_per_bit_J"] * wires * t["dram_nominal_pin_rate_bps"]
+    dv, df, dp = operating_point(
+        np.maximum(t["power_dram_W"] - static, 0.0), dram_nominal, t["dram_nominal_pin_rate_bps"],
+        t["dram_nominal_voltage_V"], t["dram_threshold_voltage_V"], t["dram_margin_voltage_V"],
+        t["dram_max_voltage_V"],
+    )  # fmt: skip
+    out.update(
+        hbm_num_stacks=stacks,
+        hbm_num_wires=wires,
+        hbm_capacity_B=capacity,
+        dram_voltage_V=dv,
+        dram_pin_rate_bps=df,
+        hbm_bandwidth_Bps=wires * df / 8.0,
+        hbm_latency_s=t["dram_latency_s"],
+        dram_power_W=np.minimum(t["power_dram_W"], dp + static),
+        dram_energy_per_bit_J=t["dram_energy_per_bit_J"] * (dv / t["dram_nominal_voltage_V"]) ** 2,
+        hbm_wire_limited=(edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
+    )
+
+    # ---- links (§3.5).
+    for c in LINK_CLASSES:
+        out.update(_link_class(t, c, perimeter))
+
+    # ---- area, power, cost, constraints.
+    die_budget = _total(t[f"area_{p}_mm2"] for p in _AREA_PARTS)
+    power_budget = _total(t[f"power_{p}_W"] for p in _POWER_PARTS)
+    used_power = (
+        p_core + out["dram_power_W"] + sum(out[f"{lvl}_power_W"] for lvl in SRAM_LEVELS)
+        + out["scale_up_power_W"] + out["scale_out_power_W"]
+    )  # fmt: skip
+    package = die + stacks * t["dram_stack_footprint_mm2"]
+    out.update(
+        die_area_mm2=die,
+        die_area_allocated_mm2=die_budget,
+        package_area_mm2=package,
+        power_W=used_power,
+        power_allocated_W=power_budget,
+        tdp_W=t["tdp_W"],
+        perimeter_mm=perimeter,
+        area_excess_mm2=np.maximum(die_budget - die, package - t["package_area_mm2"]),
+        power_excess_W=power_budget - t["tdp_W"],
+        perimeter_excess=_total(t[f"perimeter_{p}"] for p in _PERIMETER_PARTS) - 1.0,
+        reticle_excess_mm2=die - RETICLE_LIMIT_mm2,
+    )
+    out["feasible"] = (
+        (out["area_excess_mm2"] <= 1e-9)
+        & (out["power_excess_W"] <= 1e-9)
+        & (out["perimeter_excess"] <= 1e-12)
+        & (out["reticle_excess_mm2"] <= 0)
+    ).astype(float)
+    out["dies_per_wafer"] = dies_per_wafer(die)
+    out["die_yield"] = negative_binomial_yield(
+        die, t["core_defect_density_per_cm2"], t["core_yield_alpha"]
+    )
+    out["die_cost_usd"] = die_cost_usd(
+        die, t["core_wafer_cost_usd"], t["core_defect_density_per_cm2"], t["core_yield_alpha"]
+    )
+    out["hbm_cost_usd"] = capacity / 2**30 * t["dram_cost_usd_per_GiB"]
+    out["device_cost_usd"] = out["die_cost_usd"] + out["hbm_cost_usd"]
+    return out
+
+
+def derive_one(spec: DesignDeviceSpec) -> dict[str, float]:
+    """Derive one design-mode device (a batch of one)."""
+    return {k: float(v[0]) for k, v in derive(design_table([spec])).items()}
+
+
+def device_summary(device: DeviceSpec | DesignDeviceSpec) -> dict[str, Any]:
+    """What a device can do, in SI units, for either mode (used by ``show`` and ``evaluate``).
+
+    Design mode: derived by :func:`derive_one`. Spec mode: the datasheet.
+    """
+    if isinstance(device, DesignDeviceSpec):
+        d = derive_one(device)
+        peak = {p: d[f"peak_flops_{p}"] for p in PEAK_PRECISIONS if d[f"peak_flops_{p}"] > 0}
+        return {
+            "mode": "design",
+            "peak_flops": peak,
+            "clock_Hz": d["clock_Hz"],
+            "core_voltage_V": d["core_voltage_V"],
+            "num_mcus": int(d["num_mcus"]),
+            "num_sms": int(d["num_sms"]),
+            "l2_capacity_B": d["l2_capacity_B"],
+            "l2_bandwidth_Bps": d["l2_bandwidth_Bps"],
+            "l1_capacity_B": d["l1_capacity_B"],
+            "l1_bandwidth_Bps": d["l1_bandwidth_Bps"],
+            "register_file_capacity_B": d["register_file_capacity_B"],
+            "register_file_bandwidth_Bps": d["register_file_bandwidth_Bps"],
+            "hbm_num_stacks": int(d["hbm_num_stacks"]),
+            "hbm_capacity_B": d["hbm_capacity_B"],
+            "hbm_bandwidth_Bps": d["hbm_bandwidth_Bps"],
+            "dram_voltage_V": d["dram_voltage_V"],
+            "dram_pin_rate_bps": d["dram_pin_rate_bps"],
+            "scale_up_bandwidth_Bps": d["scale_up_bandwidth_Bps"],
+            "scale_out_bandwidth_Bps": d["scale_out_bandwidth_Bps"],
+            "scale_out_num_wires": int(d["scale_out_num_wires"]),
+            "area_mm2": d["die_area_mm2"],
+            "package_area_mm2": d["package_area_mm2"],
+            "power_W": d["power_W"],
+            "power_by_component_W": {
+                "core": d["core_power_W"],
+                "dram": d["dram_power_W"],
+                "l2": d["l2_power_W"],
+                "l1": d["l1_power_W"],
+                "register_file": d["register_file_power_W"],
+                "scale_up": d["scale_up_power_W"],
+                "scale_out": d["scale_out_power_W"],
+            },
+            "energy_per_flop_J": d["energy_per_flop_J"],
+            "energy_per_bit_J": {
+                "register_file": d["register_file_energy_per_bit_J"],
+                "l1": d["l1_energy_per_bit_J"],
+                "l2": d["l2_energy_per_bit_J"],
+                "hbm": d["dram_energy_per_bit_J"],
+                "scale_up": d["scale_up_energy_per_bit_J"],
+                "scale_out": d["scale_out_energy_per_bit_J"],
+            },
+            "die_cost_usd": d["die_cost_usd"],
+            "device_cost_usd": d["device_cost_usd"],
+            "constraints": {
+                "area_excess_mm2": d["area_excess_mm2"],
+                "power_excess_W": d["power_excess_W"],
+                "perimeter_excess": d["perimeter_excess"],
+                "reticle_excess_mm2": d["reticle_excess_mm2"],
+                "feasible": bool(d["feasible"]),
+            },
+        }
+    return {
+        "mode": "spec",
+        "peak_flops": dict(device.peak_flops),
+        "clock_Hz": device.clock_Hz,
+        "num_sms": device.num_sms,
+        "l2_capacity_B": device.l2_capacity_B,
+        "hbm_num_stacks": device.hbm_num_stacks,
+        "hbm_capacity_B": device.hbm_capacity_B,
+        "hbm_bandwidth_Bps": device.hbm_bandwidth_Bps,
+        "area_mm2": device.die_area_mm2,
+        "power_W": device.tdp_W,
+    }

@@ -1,0 +1,1 @@
+"""Workload op graphs: gemm, lstm, transformer."""

@@ -1,0 +1,1 @@
+"""Plots and the HTML report (issue: pathfinding study)."""

@@ -1,0 +1,1 @@
+"""Multi-objective search over designs and mappings (issue: Search)."""

@@ -1,0 +1,1 @@
+"""Surrogate models of the oracle (issue: Surrogates)."""
