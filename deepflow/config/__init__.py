@@ -13,8 +13,12 @@ from deepflow.config.loader import (
 )
 from deepflow.config.serialize import to_dict
 from deepflow.config.specs import (
+    DesignDeviceSpec,
     DeviceSpec,
+    DramTechSpec,
     GemmSpec,
+    LinkTechSpec,
+    LogicTechSpec,
     LstmSpec,
     MappingSpec,
     ModelSpec,
@@ -28,8 +32,12 @@ from deepflow.config.specs import (
 )
 
 __all__ = [
+    "DesignDeviceSpec",
     "DeviceSpec",
+    "DramTechSpec",
     "GemmSpec",
+    "LinkTechSpec",
+    "LogicTechSpec",
     "LstmSpec",
     "MappingSpec",
     "ModelSpec",

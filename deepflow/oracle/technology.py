@@ -119,8 +119,7 @@ def operating_point(
     v_op = np.where(floor, vmin, np.where(ceiling, vmax, v))
     f_op = np.where(floor, f_floor, np.where(ceiling, f_ceiling, f))
     f_op = np.where(active, f_op, 0.0)
-    p_op = np.divide(pn * f_op * (v_op / vn) ** 2, 1.0)
-    p_op = np.where(active, np.minimum(p_op, np.maximum(budget, 0.0)), 0.0)
+    p_op = np.where(active, pn * (f_op / np.where(fn > 0, fn, 1.0)) * (v_op / vn) ** 2, 0.0)
     return v_op, f_op, p_op
 
 
