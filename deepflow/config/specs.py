@@ -57,6 +57,8 @@ TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 RECOMPUTE_MODES = ("none", "selective", "full")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
+#: Device families with kernel calibration in configs/calibration/kernels.yaml.
+DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
 
 
 # ----------------------------------------------------------------------------------- devices
@@ -67,6 +69,9 @@ class DeviceSpec:
     name: str
     mode: str = key("mode", choices=("spec",), default="spec")
     description: str = key("description", default="")
+    family: str = key(
+        "family", choices=DEVICE_FAMILIES, default="generic", doc="kernel calibration"
+    )
     process_node_nm: float = key("process_node_nm", gt=0, doc="logic process node")
     die_area_mm2: float = key("die_area_mm2", gt=0, doc="compute silicon, all dies")
     num_dies: int = key("num_dies", ge=1, default=1)
@@ -365,6 +370,9 @@ class DesignDeviceSpec:
     name: str
     mode: str = key("mode", choices=("design",))
     description: str = key("description", default="")
+    family: str = key(
+        "family", choices=DEVICE_FAMILIES, default="generic", doc="kernel calibration"
+    )
     technology: LogicTechSpec
     dram_technology: DramTechSpec
     scale_up_link: LinkTechSpec | None = None

@@ -12,6 +12,7 @@ design is a batch of one (:func:`derive_one`), and a batch equals a loop of sing
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from deepflow.config.specs import (
     SramTechSpec,
 )
 from deepflow.errors import ConfigError
+from deepflow.oracle.calibration import kernel_calibration
 from deepflow.oracle.technology import (
     RETICLE_LIMIT_mm2,
     die_cost_usd,
@@ -34,11 +36,14 @@ from deepflow.oracle.technology import (
 )
 
 __all__ = [
+    "BYTES_PER_ELEMENT",
     "DESIGN_COLUMNS",
     "SRAM_LEVELS",
+    "DeviceCaps",
     "derive",
     "derive_one",
     "design_table",
+    "device_caps",
     "device_summary",
 ]
 
@@ -426,3 +431,124 @@ def device_summary(device: DeviceSpec | DesignDeviceSpec) -> dict[str, Any]:
         "area_mm2": device.die_area_mm2,
         "power_W": device.tdp_W,
     }
+
+
+#: Bytes per stored element for each training precision (tf32 is stored as fp32).
+BYTES_PER_ELEMENT = {
+    "fp64": 8.0,
+    "fp32": 4.0,
+    "tf32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp4": 0.5,
+    "int8": 1.0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceCaps:
+    """What the performance model needs from one device at one precision (SI units).
+
+    Built by :func:`device_caps` from either device mode; hashable, so kernel results can be
+    memoised per (device, shape).
+    """
+
+    name: str
+    family: str
+    precision: str
+    bytes_per_element: float
+    peak_flops: float  # dense matrix-unit FLOP/s at ``precision``
+    vector_flops: float  # non-matrix FP32 FLOP/s (elementwise work)
+    num_sms: float
+    clock_Hz: float
+    hbm_bandwidth_Bps: float
+    hbm_capacity_B: float
+    hbm_latency_s: float
+    l2_capacity_B: float
+    l2_bandwidth_Bps: float
+    l1_capacity_per_sm_B: float
+    l1_bandwidth_Bps: float  # aggregate over all SMs
+    gemm_efficiency: float
+    hbm_efficiency: float
+    kernel_launch_s: float
+    warp_tile_m: float = 64.0
+    warp_tile_n: float = 64.0
+    cluster_size: float = 1.0
+    scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
+    scale_out_bandwidth_Bps: float = 0.0
+
+
+# DRAM access latency without a better source (crossflow-reference §2.3, [DF-CFG] 100 ns).
+_SPEC_HBM_LATENCY_s = 100e-9
+
+
+def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> DeviceCaps:
+    """Capabilities of ``device`` at ``precision`` with its family's kernel calibration.
+
+    Spec mode: the datasheet, plus L2/L1 bandwidth per clock from the family calibration.
+    Design mode: derived from technology and budgets (:func:`derive_one`).
+
+    Raises:
+        ConfigError: the device has no peak at ``precision``.
+    """
+    cal = kernel_calibration(device.family)
+    if precision not in device.precisions:
+        raise ConfigError(
+            f"device {device.name} has no {precision} peak (it lists: "
+            f"{', '.join(device.precisions)})."
+        )
+    if isinstance(device, DesignDeviceSpec):
+        d = derive_one(device)
+        num_sms = max(d["num_sms"], 1.0)
+        peak = d[f"peak_flops_{precision}"]
+        vector = d["peak_flops_fp32"] or peak / 16.0
+        return DeviceCaps(
+            name=device.name,
+            family=device.family,
+            precision=precision,
+            bytes_per_element=BYTES_PER_ELEMENT[precision],
+            peak_flops=peak,
+            vector_flops=vector,
+            num_sms=num_sms,
+            clock_Hz=d["clock_Hz"],
+            hbm_bandwidth_Bps=d["hbm_bandwidth_Bps"],
+            hbm_capacity_B=d["hbm_capacity_B"],
+            hbm_latency_s=d["hbm_latency_s"],
+            l2_capacity_B=d["l2_capacity_B"],
+            l2_bandwidth_Bps=d["l2_bandwidth_Bps"],
+            l1_capacity_per_sm_B=d["l1_capacity_B"] / num_sms,
+            l1_bandwidth_Bps=d["l1_bandwidth_Bps"],
+            gemm_efficiency=cal.gemm_efficiency_for(precision),
+            hbm_efficiency=cal.hbm_efficiency,
+            kernel_launch_s=cal.kernel_launch_s,
+            warp_tile_m=cal.warp_tile_m,
+            warp_tile_n=cal.warp_tile_n,
+            cluster_size=cal.cluster_size,
+            scale_up_bandwidth_Bps=d["scale_up_bandwidth_Bps"],
+            scale_out_bandwidth_Bps=d["scale_out_bandwidth_Bps"],
+        )
+    peak = device.peak_flops[precision]
+    return DeviceCaps(
+        name=device.name,
+        family=device.family,
+        precision=precision,
+        bytes_per_element=BYTES_PER_ELEMENT[precision],
+        peak_flops=peak,
+        vector_flops=device.peak_flops.get("fp32", peak / 16.0),
+        num_sms=float(device.num_sms),
+        clock_Hz=device.clock_Hz,
+        hbm_bandwidth_Bps=device.hbm_bandwidth_Bps,
+        hbm_capacity_B=device.hbm_capacity_B,
+        hbm_latency_s=_SPEC_HBM_LATENCY_s,
+        l2_capacity_B=device.l2_capacity_B,
+        l2_bandwidth_Bps=cal.l2_bytes_per_clock * device.clock_Hz,
+        l1_capacity_per_sm_B=device.l1_capacity_per_sm_B,
+        l1_bandwidth_Bps=cal.l1_bytes_per_clock_per_sm * device.num_sms * device.clock_Hz,
+        gemm_efficiency=cal.gemm_efficiency_for(precision),
+        hbm_efficiency=cal.hbm_efficiency,
+        kernel_launch_s=cal.kernel_launch_s,
+        warp_tile_m=cal.warp_tile_m,
+        warp_tile_n=cal.warp_tile_n,
+        cluster_size=cal.cluster_size,
+    )

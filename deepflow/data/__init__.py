@@ -1,0 +1,27 @@
+"""Data shipped with the package: the public measurement set used for calibration and scoring.
+
+``measurements_public.json`` is a copy of the project's published measurements (Megatron-LM,
+Korthikanti et al., Megatron-Core H100, llm-foundry, GEMM and NCCL microbenchmarks), each
+with its source; see ``../shared/validation/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+__all__ = ["load_measurements"]
+
+
+@cache
+def _all() -> tuple[dict[str, Any], ...]:
+    text = resources.files(__package__).joinpath("measurements_public.json").read_text("utf-8")
+    return tuple(json.loads(text))
+
+
+def load_measurements(group: str | None = None) -> list[dict[str, Any]]:
+    """The public measurements, optionally one group (e.g. ``nccl_tests_a100_node``)."""
+    cases = _all()
+    return [dict(c) for c in cases if group is None or c["group"] == group]

@@ -1,0 +1,63 @@
+"""Calibration data (``configs/calibration/*.yaml``): efficiencies per device family.
+
+Numbers live in YAML with their provenance; this module only reads and validates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from deepflow.config._schema import Ctx, build, key, require_mapping
+from deepflow.config.loader import builtin_config_dir, read_yaml
+from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS
+
+__all__ = ["KernelCalibration", "kernel_calibration"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelCalibration:
+    """Kernel efficiencies and architecture constants of one device family."""
+
+    family: str
+    gemm_efficiency: Mapping[str, float] = key(
+        "gemm_efficiency", gt=0, le=1, keys=PEAK_PRECISIONS, doc="achieved/peak, large GEMMs"
+    )
+    hbm_efficiency: float = key("hbm_efficiency", gt=0, le=1, doc="streaming kernels")
+    l2_bytes_per_clock: float = key("l2_bytes_per_clock", gt=0)
+    l1_bytes_per_clock_per_sm: float = key("l1_bytes_per_clock_per_sm", gt=0)
+    kernel_launch_s: float = key("kernel_launch_us", scale=1e-6, ge=0)
+    warp_tile_m: float = key("warp_tile_m", ge=1, doc="A-operand reuse of one MMA issuer")
+    warp_tile_n: float = key("warp_tile_n", ge=1, doc="B-operand reuse of one MMA issuer")
+    cluster_size: float = key("cluster_size", ge=1, doc="CTAs sharing operand panels (multicast)")
+
+    def gemm_efficiency_for(self, precision: str) -> float:
+        """GEMM efficiency for ``precision``.
+
+        Precisions without an entry fall back to fp8 (for fp4/int8), then bf16, then fp16:
+        the same matrix units at another rate; the mean of the entries as a last resort.
+        """
+        eff = self.gemm_efficiency
+        chain = ("fp8", "bf16", "fp16") if precision in ("fp4", "int8") else ("bf16", "fp16")
+        for p in (precision, *chain):
+            if p in eff:
+                return eff[p]
+        return sum(eff.values()) / len(eff)
+
+
+@cache
+def kernel_calibration(family: str) -> KernelCalibration:
+    """The kernel calibration of a device family from ``configs/calibration/kernels.yaml``."""
+    path = builtin_config_dir() / "calibration" / "kernels.yaml"
+    raw = read_yaml(path, what="a calibration mapping with key 'families'")
+    ctx = Ctx(str(path))
+    families = require_mapping(raw.get("families"), ctx.child("families"))
+    if family not in families:
+        raise ctx.child("families").error(
+            f"has no entry for device family {family!r} (known: {', '.join(DEVICE_FAMILIES)})."
+        )
+    return build(
+        KernelCalibration, families[family], ctx.child(f"families.{family}"),
+        extra={"family": family},
+    )  # fmt: skip
