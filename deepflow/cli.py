@@ -100,6 +100,141 @@ def show(
     _guard(body)
 
 
+@app.command()
+def evaluate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (system, workload, mapping).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """One oracle evaluation: step time with a breakdown, throughput, memory, power, energy."""
+
+    def body() -> None:
+        from deepflow.config import load_scenario
+        from deepflow.oracle.evaluate import evaluate_one
+
+        result = evaluate_one(load_scenario(scenario))
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        _print_evaluation(result)
+
+    _guard(body)
+
+
+def _print_evaluation(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    device = result["device"]
+    console.print(
+        f"[bold]step time {result['step_time_s']:.6g} s[/bold]  "
+        f"({result['samples_per_s']:.4g} samples/s, {result['tokens_per_s']:.4g} tokens/s, "
+        f"MFU {100 * result['mfu']:.1f} %) on {result['num_devices']} × {device['name']}"
+    )
+    table = Table(title="where the step time goes")
+    table.add_column("component")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for name, seconds in result["breakdown_s"].items():
+        share = seconds / result["step_time_s"] if result["step_time_s"] else 0.0
+        table.add_row(name, f"{seconds:.6g}", f"{100 * share:.1f} %")
+    console.print(table)
+    fits = "fits" if result["feasible"] else "does NOT fit"
+    console.print(
+        f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "
+        f"{result['memory_capacity_B'] / 2**30:.2f} GiB per device ({fits}); "
+        f"system power {result['system_power_W'] / 1e3:.3g} kW, "
+        f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step"
+    )
+
+
+@app.command("best-mapping")
+def best_mapping(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (its mapping is ignored).")],
+    top: Annotated[int, typer.Option("--top", min=1, help="How many mappings to print.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Enumerate every valid mapping for the model and system; rank the feasible ones."""
+
+    def body() -> None:
+        from deepflow.config import load_scenario
+        from deepflow.oracle.best_mapping import best_mappings
+
+        result = best_mappings(load_scenario(scenario), top=top)
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(
+            title=f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+        )
+        for col in ("#", "step s", "MFU", "mem GiB", "TP", "PP", "DP", "CP", "EP", "mb", "v",
+                    "SP", "recompute", "ZeRO"):  # fmt: skip
+            table.add_column(col, justify="right")
+        for rank, row in enumerate(result["mappings"], 1):
+            m = row["mapping"]
+            table.add_row(
+                str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f} %",
+                f"{row['memory_per_device_B'] / 2**30:.1f}", str(m["tensor_parallel"]),
+                str(m["pipeline_parallel"]), str(m["data_parallel"]),
+                str(m["context_parallel"]), str(m["expert_parallel"]),
+                str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
+                "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
+                str(m["zero_stage"]),
+            )  # fmt: skip
+        Console().print(table)
+
+    _guard(body)
+
+
+@app.command()
+def validate(
+    cases: Annotated[
+        Path | None, typer.Option("--cases", help="Measurement JSON (default: the public set).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Score the oracle against published measurements: per case, per group, overall."""
+
+    def body() -> None:
+        from deepflow.validation import validation_report
+
+        report = validation_report(cases)
+        if as_json:
+            typer.echo(json.dumps(report, indent=2))
+            return
+        _print_validation(report)
+
+    _guard(body)
+
+
+def _print_validation(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cases = Table(title="per case")
+    for col in ("case", "quantity", "measured", "model", "error"):
+        cases.add_column(col, justify="right" if col != "case" else "left")
+    for row in report["cases"]:
+        cases.add_row(row["id"], row["quantity"], f"{row['measured']:.4g}",
+                      f"{row['model']:.4g}", f"{100 * row['error']:+.1f} %")  # fmt: skip
+    console.print(cases)
+    groups = Table(title="per group (mean |error|)")
+    for col in ("group", "cases", "mean |error|", "max |error|"):
+        groups.add_column(col, justify="right" if col != "group" else "left")
+    for name, g in report["groups"].items():
+        groups.add_row(name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
+                       f"{100 * g['max_abs_error']:.1f} %")  # fmt: skip
+    console.print(groups)
+    console.print(
+        f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
+        f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="deepflow")

@@ -460,9 +460,10 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
             f"micro_batch_size {m.micro_batch_size} = {per_step}."
         )
     model = wl.model
-    if not isinstance(model, TransformerSpec):
-        return
     mctx = top.child("mapping")
+    if not isinstance(model, TransformerSpec):
+        _check_kernel_parallel(s, mctx)
+        return
     if model.num_attention_heads % m.tensor_parallel or model.num_kv_heads % m.tensor_parallel:
         raise mctx.child("tensor_parallel").error(
             f"({m.tensor_parallel}) must divide the model's num_attention_heads "
@@ -497,6 +498,37 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
             raise mctx.child("expert_parallel").error(
                 f"({m.expert_parallel}) must divide data_parallel ({m.data_parallel}): experts "
                 "are sharded across data-parallel ranks."
+            )
+
+
+def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:
+    """gemm/lstm mappings: CrossFlow's CR/RC kernel parallelism (crossflow-reference §4.6)."""
+    m, model = s.mapping, s.workload.model
+    if m.kernel_partition == "cr" and m.kernel_parallel_dim2 != 1:
+        raise mctx.child("kernel_parallel_dim2").error(
+            f"must be 1 with kernel_partition cr (K is split tensor_parallel ways); "
+            f"got {m.kernel_parallel_dim2}."
+        )
+    if m.tensor_parallel % m.kernel_parallel_dim2:
+        raise mctx.child("kernel_parallel_dim2").error(
+            f"({m.kernel_parallel_dim2}) must divide tensor_parallel ({m.tensor_parallel})."
+        )
+    unused = {
+        "context_parallel": m.context_parallel,
+        "expert_parallel": m.expert_parallel,
+        "virtual_pipeline_stages": m.virtual_pipeline_stages,
+    }
+    if isinstance(model, GemmSpec):
+        unused["pipeline_parallel"] = m.pipeline_parallel
+    elif isinstance(model, LstmSpec) and m.pipeline_parallel > model.num_layers + 2:
+        raise mctx.child("pipeline_parallel").error(
+            f"({m.pipeline_parallel}) must be <= num_layers + 2 ({model.num_layers + 2}): "
+            "the stages are embedding, the LSTM layers and the softmax."
+        )
+    for name, value in unused.items():
+        if value != 1:
+            raise mctx.child(name).error(
+                f"must be 1 for a {model.kind} workload (it has no such dimension); got {value}."
             )
 
 

@@ -143,6 +143,7 @@ class TransformerSpec:
     vocab_size: int = key("vocab_size", ge=1)
     num_experts: int = key("num_experts", ge=1, default=1)
     experts_per_token: int = key("experts_per_token", ge=1, default=1)
+    dropout: bool = key("dropout", default=False, doc="attention/hidden dropout (GPT-3 style)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +200,20 @@ class MappingSpec:
         "activation_recompute", choices=RECOMPUTE_MODES, default="selective"
     )
     zero_stage: int = key("zero_stage", ge=0, le=3, default=1)
+    # CrossFlow kernel parallelism for gemm/lstm workloads (crossflow-reference §4.6):
+    # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
+    # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).
+    kernel_partition: str = key("kernel_partition", choices=("rc", "cr"), default="rc")
+    # How the framework runs (implementers' keys, llm-training-model §1.2 and §3.2):
+    flash_attention: bool = key("flash_attention", default=True, doc="fused attention kernel")
+    tp_comm_overlap: bool = key("tp_comm_overlap", default=False, doc="TP comm under GEMMs")
+    overlap_grad_reduce: bool = key("overlap_grad_reduce", default=True, doc="DP comm overlap")
+    kernel_parallel_dim2: int = key("kernel_parallel_dim2", ge=1, default=1)
+
+    @property
+    def kernel_parallel_dim1(self) -> int:
+        """RC's M split (CR's K split): tensor_parallel / kernel_parallel_dim2."""
+        return self.tensor_parallel // self.kernel_parallel_dim2
 
     @property
     def num_devices(self) -> int:

@@ -226,3 +226,47 @@ def test_error_in_a_referenced_file_names_that_file(write_yaml: Callable[..., Pa
     code, _, err = run_show(path)
     assert code == 2
     assert err == (f"error: {bad}: scale_up.bandwidth_GBps must be a number > 0; got -1.\n")
+
+
+@pytest.mark.parametrize(
+    ("model", "mapping", "expected"),
+    [
+        (
+            "gemm-example",
+            {"pipeline_parallel": 2},
+            "mapping.pipeline_parallel must be 1 for a gemm workload (it has no such "
+            "dimension); got 2.",
+        ),
+        (
+            "lstm-lm-paper",
+            {"pipeline_parallel": 5},
+            "mapping.pipeline_parallel (5) must be <= num_layers + 2 (4): the stages are "
+            "embedding, the LSTM layers and the softmax.",
+        ),
+        (
+            "lstm-lm-paper",
+            {"tensor_parallel": 5, "kernel_partition": "cr", "kernel_parallel_dim2": 5},
+            "mapping.kernel_parallel_dim2 must be 1 with kernel_partition cr (K is split "
+            "tensor_parallel ways); got 5.",
+        ),
+        (
+            "lstm-lm-paper",
+            {"tensor_parallel": 5, "kernel_parallel_dim2": 2},
+            "mapping.kernel_parallel_dim2 (2) must divide tensor_parallel (5).",
+        ),
+    ],
+)
+def test_crossflow_workload_mapping_errors(
+    model: str, mapping: dict[str, Any], expected: str, write_yaml: Callable[..., Path]
+) -> None:
+    devices = mapping.get("tensor_parallel", 1) * mapping.get("pipeline_parallel", 1)
+    data = {
+        "system": {"device": "v100-crossflow", "network": "waferscale-20xv100",
+                   "devices_per_node": devices},
+        "workload": {"model": model, "global_batch_size": 2000, "precision": "fp16"},
+        "mapping": mapping,
+    }  # fmt: skip
+    path = write_yaml(data)
+    code, out, err = run_show(path)
+    assert (code, out) == (2, "")
+    assert err == f"error: {path}: {expected}\n"

@@ -1,0 +1,121 @@
+"""Enumerate every valid mapping of a scenario's model on its system and rank them.
+
+The candidates are evaluated in one vectorised call of the transformer model, so the whole
+valid space of a GPT-3-class model on ~1,000 devices takes seconds (benchmarks/bench_oracle.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.config.specs import Scenario, TransformerSpec
+from deepflow.errors import ConfigError
+from deepflow.oracle.evaluate import network_model
+from deepflow.oracle.hardware import device_caps
+from deepflow.oracle.workloads.transformer import (
+    MAPPING_COLUMNS,
+    transformer_columns,
+    transformer_step,
+)
+
+__all__ = ["best_mappings", "enumerate_mappings"]
+
+F = NDArray[np.float64]
+_RECOMPUTE_NAMES = ("none", "selective", "full")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
+    """Every valid mapping as columns (see ``MAPPING_COLUMNS``), one row per mapping.
+
+    Valid: tensor × pipeline × context × data parallel = devices; tensor parallel divides the
+    attention and KV heads; pipeline stages ≤ layers, interleaving divides the layers; context
+    parallel divides the sequence; expert parallel divides the experts and data parallel; the
+    micro-batch divides the per-replica batch; sequence parallelism only with tensor parallel.
+    The framework switches (fused attention, communication overlap) stay as in the scenario.
+    """
+    model = scenario.workload.model
+    if not isinstance(model, TransformerSpec):
+        raise ConfigError(
+            f"{scenario.source}: best-mapping enumerates transformer mappings; workload.model "
+            f"is a {model.kind} model."
+        )
+    n = scenario.system.num_devices
+    batch = scenario.workload.global_batch_size
+    base = scenario.mapping
+    rows: list[tuple[float, ...]] = []
+    for tp, pp, cp in itertools.product(_divisors(n), repeat=3):
+        if n % (tp * pp * cp):
+            continue
+        dp = n // (tp * pp * cp)
+        if model.num_attention_heads % tp or model.num_kv_heads % tp:
+            continue
+        if pp > model.num_layers or model.seq_length % cp or batch % dp:
+            continue
+        vs = [v for v in range(1, model.num_layers // pp + 1)
+              if (v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0))]  # fmt: skip
+        eps = [e for e in _divisors(dp) if model.num_experts % e == 0]
+        for v, ep, mb in itertools.product(vs, eps, _divisors(batch // dp)):
+            # Equivalent choices are enumerated once: with fused attention selective recompute
+            # changes nothing (§1.2), and without data parallelism every ZeRO stage is 0.
+            recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
+            zeros = range(4) if dp > 1 else (0,)
+            for sp in (False, True) if tp > 1 else (False,):
+                for rc, zero in itertools.product(recomputes, zeros):
+                    rows.append((tp, pp, dp, cp, ep, mb, v, float(sp), rc, zero,
+                                 float(base.flash_attention), float(base.tp_comm_overlap),
+                                 float(base.overlap_grad_reduce)))  # fmt: skip
+    table = np.array(rows, dtype=float).reshape(-1, len(MAPPING_COLUMNS))
+    return {name: table[:, i] for i, name in enumerate(MAPPING_COLUMNS)}
+
+
+def best_mappings(scenario: Scenario, *, top: int = 10) -> dict[str, Any]:
+    """Evaluate every valid mapping and return the ``top`` fastest feasible ones.
+
+    Returns:
+        ``num_valid``, ``num_feasible`` and ``mappings``: a list of dicts, fastest first, with
+        the mapping, ``step_time_s``, ``mfu``, ``memory_per_device_B`` and ``breakdown_s``.
+    """
+    mappings = enumerate_mappings(scenario)
+    count = len(mappings["tensor_parallel"])
+    model = scenario.workload.model
+    assert isinstance(model, TransformerSpec)
+    base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
+    x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
+    caps = device_caps(scenario.system.device, scenario.workload.precision)
+    net = network_model(scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
+    result = transformer_step(caps, net, x)
+    step = result["step_time_s"]
+    memory = result["memory_per_device_B"]
+    feasible = memory <= caps.hbm_capacity_B
+    order = [i for i in np.argsort(step, kind="stable") if feasible[i]][:top]
+    peak = caps.peak_flops * scenario.system.num_devices
+    out = []
+    for i in order:
+        mapping = {
+            "data_parallel": int(x["data_parallel"][i]),
+            "tensor_parallel": int(x["tensor_parallel"][i]),
+            "pipeline_parallel": int(x["pipeline_parallel"][i]),
+            "context_parallel": int(x["context_parallel"][i]),
+            "expert_parallel": int(x["expert_parallel"][i]),
+            "micro_batch_size": int(x["micro_batch_size"][i]),
+            "virtual_pipeline_stages": int(x["virtual_pipeline_stages"][i]),
+            "sequence_parallel": bool(x["sequence_parallel"][i]),
+            "activation_recompute": _RECOMPUTE_NAMES[int(x["recompute"][i])],
+            "zero_stage": int(x["zero_stage"][i]),
+        }
+        out.append({
+            "mapping": mapping,
+            "step_time_s": float(step[i]),
+            "mfu": float(result["model_flops_per_step"][i] / (step[i] * peak)),
+            "memory_per_device_B": float(memory[i]),
+            "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
+        })  # fmt: skip
+    return {"num_valid": count, "num_feasible": int(feasible.sum()), "mappings": out}
