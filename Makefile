@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: $(STAMP)
 	$(BIN)/deepflow show configs/scenarios/gpt3-175b-a100.yaml
+	$(BIN)/deepflow evaluate configs/scenarios/gpt3-175b-a100.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check deepflow tests benchmarks

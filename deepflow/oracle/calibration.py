@@ -31,6 +31,13 @@ class KernelCalibration:
     warp_tile_m: float = key("warp_tile_m", ge=1, doc="A-operand reuse of one MMA issuer")
     warp_tile_n: float = key("warp_tile_n", ge=1, doc="B-operand reuse of one MMA issuer")
     cluster_size: float = key("cluster_size", ge=1, doc="CTAs sharing operand panels (multicast)")
+    training_sustained_fraction: float = key(
+        "training_sustained_fraction", gt=0, le=1, default=1.0,
+        doc="matrix throughput sustained in end-to-end training / microbenchmark",
+    )  # fmt: skip
+    idle_power_fraction: float = key(
+        "idle_power_fraction", ge=0, le=1, default=0.09, doc="power at idle / TDP (energy model)"
+    )
 
     def gemm_efficiency_for(self, precision: str) -> float:
         """GEMM efficiency for ``precision``.

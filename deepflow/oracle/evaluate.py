@@ -17,7 +17,7 @@ from deepflow.oracle.workloads.gemm import gemm_step
 from deepflow.oracle.workloads.lstm import lstm_step
 from deepflow.oracle.workloads.transformer import transformer_columns, transformer_step
 
-__all__ = ["evaluate_one", "network_model"]
+__all__ = ["average_power_W", "evaluate_one", "network_model"]
 
 
 def network_model(scenario: Scenario, scale_up_Bps: float = 0.0,
@@ -31,6 +31,27 @@ def network_model(scenario: Scenario, scale_up_Bps: float = 0.0,
     )
 
 
+#: Breakdown components during which the device's matrix units and memory are busy; the rest
+#: (exposed communication, pipeline bubbles) leaves the device waiting near idle power.
+_BUSY = ("compute", "gemm", "attention", "elementwise", "recompute", "optimizer",
+         "weight_update", "forward_compute", "backward_compute")  # fmt: skip
+
+
+def average_power_W(peak_power_W: float, idle_fraction: float,
+                    breakdown_s: dict[str, float], step_time_s: float) -> float:  # fmt: skip
+    """Average device power over a step by activity.
+
+    P = P_idle + (P_peak − P_idle) × busy / step, with P_peak the TDP (spec mode) or the
+    derived draw (design mode), P_idle = idle_power_fraction × P_peak (calibration data), and
+    busy the compute and memory-bound parts of the breakdown; communication waits and pipeline
+    bubbles count as idle (technology-facts §6.1: P = P_const + P_static + Σ P_dyn).
+    """
+    busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)
+    share = min(busy / step_time_s, 1.0) if step_time_s > 0 else 0.0
+    idle = idle_fraction * peak_power_W
+    return idle + (peak_power_W - idle) * share
+
+
 def evaluate_one(scenario: Scenario) -> dict[str, Any]:
     """Evaluate one scenario.
 
@@ -39,8 +60,8 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
         ``model_flops_per_step``, ``mfu``, ``memory_per_device_B``, ``memory_capacity_B``,
         ``memory_excess_B``, ``feasible``, ``breakdown_s`` (sums to ``step_time_s``),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
-        ``system_power_W`` and ``energy_per_step_J`` (devices at their power — TDP for spec
-        devices, the derived draw for design devices — for the whole step).
+        ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
+        average power, :func:`average_power_W`, for the whole step).
 
     Raises:
         DeepflowError: a workload kind this oracle does not evaluate yet.
@@ -68,7 +89,8 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
     devices = system.num_devices
     capacity = caps.hbm_capacity_B
     memory = result["memory_per_device_B"]
-    power = float(summary["power_W"])
+    peak_power = float(summary["power_W"])
+    power = average_power_W(peak_power, caps.idle_power_fraction, result["breakdown_s"], step)
     return {
         "step_time_s": step,
         "tokens_per_s": result["tokens_per_step"] / step,
@@ -86,7 +108,8 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
             "peak_flops": caps.peak_flops,
             "hbm_bandwidth_Bps": caps.hbm_bandwidth_Bps,
             "area_mm2": float(summary["area_mm2"]),
-            "power_W": power,
+            "power_W": peak_power,
+            "average_power_W": power,
         },
         "num_devices": devices,
         "system_power_W": power * devices,

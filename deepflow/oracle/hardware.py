@@ -475,6 +475,8 @@ class DeviceCaps:
     warp_tile_m: float = 64.0
     warp_tile_n: float = 64.0
     cluster_size: float = 1.0
+    training_sustained_fraction: float = 1.0
+    idle_power_fraction: float = 0.09
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
 
@@ -525,6 +527,8 @@ def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> Device
             warp_tile_m=cal.warp_tile_m,
             warp_tile_n=cal.warp_tile_n,
             cluster_size=cal.cluster_size,
+            training_sustained_fraction=cal.training_sustained_fraction,
+            idle_power_fraction=cal.idle_power_fraction,
             scale_up_bandwidth_Bps=d["scale_up_bandwidth_Bps"],
             scale_out_bandwidth_Bps=d["scale_out_bandwidth_Bps"],
         )
@@ -551,4 +555,6 @@ def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> Device
         warp_tile_m=cal.warp_tile_m,
         warp_tile_n=cal.warp_tile_n,
         cluster_size=cal.cluster_size,
+        training_sustained_fraction=cal.training_sustained_fraction,
+        idle_power_fraction=cal.idle_power_fraction,
     )

@@ -1,0 +1,63 @@
+"""Transformer oracle speed: single evaluation, batched evaluations, best-mapping.
+
+Run: .venv/bin/python benchmarks/bench_oracle.py
+Issue targets: single evaluation < 1 ms; batched >= 1e5 evaluations/s on 2 cores;
+best-mapping for GPT-3 175B on 1,024 A100s < 10 s for the full valid space.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from deepflow.config import load_scenario
+from deepflow.oracle.best_mapping import best_mappings, enumerate_mappings
+from deepflow.oracle.evaluate import evaluate_one, network_model
+from deepflow.oracle.hardware import device_caps
+from deepflow.oracle.workloads.transformer import transformer_columns, transformer_step
+
+SCENARIO = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "gpt3-175b-a100.yaml"
+
+
+def main() -> None:
+    scenario = load_scenario(SCENARIO)
+    evaluate_one(scenario)  # warm caches (presets, calibration, GEMM memo)
+    repeats = 200
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        evaluate_one(scenario)
+    single = (time.perf_counter() - t0) / repeats
+    print(f"single evaluation (evaluate_one, GPT-3 175B on 1,536 A100): {single * 1e3:.2f} ms "
+          f"(target < 1 ms: {'met' if single < 1e-3 else 'NOT met'})")  # fmt: skip
+
+    system = replace(scenario.system, num_nodes=128)  # 1,024 A100s
+    scenario = replace(scenario, system=system,
+                       mapping=replace(scenario.mapping, data_parallel=16))  # fmt: skip
+    mappings = enumerate_mappings(scenario)
+    n = len(mappings["tensor_parallel"])
+    model = scenario.workload.model
+    base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)  # type: ignore[arg-type]
+    x = {k: np.broadcast_to(v, (n,)) for k, v in base.items()} | mappings
+    caps = device_caps(scenario.system.device, scenario.workload.precision)
+    net = network_model(scenario)
+    t0 = time.perf_counter()
+    transformer_step(caps, net, x)
+    batched = time.perf_counter() - t0
+    print(f"batched: {n:,} mappings in {batched:.2f} s -> {n / batched:,.0f} evaluations/s "
+          f"(target 1e5/s: {'met' if n / batched >= 1e5 else 'NOT met'})")  # fmt: skip
+
+    t0 = time.perf_counter()
+    result = best_mappings(scenario, top=5)
+    elapsed = time.perf_counter() - t0
+    best = result["mappings"][0]
+    print(f"best-mapping GPT-3 175B on 1,024 A100: {elapsed:.2f} s for {result['num_valid']:,} "
+          f"valid mappings ({result['num_feasible']:,} feasible; target < 10 s: "
+          f"{'met' if elapsed < 10 else 'NOT met'}); best {best['step_time_s']:.2f} s/step, "
+          f"MFU {100 * best['mfu']:.1f} %, {best['mapping']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Fit each device family's training_sustained_fraction to the public training measurements.
+
+Run: .venv/bin/python benchmarks/fit_training.py [--write]
+
+One number per device family (never per case): the fraction of the microbenchmark matrix
+throughput that an end-to-end training step sustains. It minimises the group-weighted mean
+|step-time error| over the family's measurement groups (grid 0.50–1.00, step 0.01). Prints
+the fit and the resulting per-group errors; --write updates configs/calibration/kernels.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from collections import defaultdict
+
+import numpy as np
+
+import deepflow.oracle.evaluate as evaluate_module
+from deepflow.config.loader import builtin_config_dir
+from deepflow.data import load_measurements
+from deepflow.oracle.hardware import device_caps
+from deepflow.validation import TRAINING_GROUPS, measured_step_time_s, training_case_scenario
+
+GRID = np.round(np.arange(0.50, 1.001, 0.01), 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    cases = [c for g in TRAINING_GROUPS for c in load_measurements(g)]
+    scenarios = [training_case_scenario(c) for c in cases]
+    measured = np.array([measured_step_time_s(c) for c in cases])
+    families = [device_caps(s.system.device, s.workload.precision).family for s in scenarios]
+    fitted: dict[str, float] = {}
+    for family in sorted(set(families)):
+        idx = [i for i, f in enumerate(families) if f == family]
+        best = (np.inf, 1.0)
+        for fraction in GRID:
+
+            def caps(device, precision, fraction=fraction):  # type: ignore[no-untyped-def]
+                c = device_caps(device, precision)
+                return dataclasses.replace(c, training_sustained_fraction=float(fraction))
+
+            evaluate_module.device_caps = caps  # type: ignore[assignment]
+            errors = defaultdict(list)
+            for i in idx:
+                model = evaluate_module.evaluate_one(scenarios[i])["step_time_s"]
+                errors[cases[i]["group"]].append(abs(model / measured[i] - 1.0))
+            score = float(np.mean([np.mean(e) for e in errors.values()]))
+            if score < best[0]:
+                best = (score, float(fraction))
+        fitted[family] = best[1]
+        print(f"{family:10s} training_sustained_fraction = {best[1]:.2f} "
+              f"(group-weighted mean |error| {100 * best[0]:.1f} %)")  # fmt: skip
+    evaluate_module.device_caps = device_caps  # type: ignore[assignment]
+    if args.write:
+        path = builtin_config_dir() / "calibration" / "kernels.yaml"
+        text = path.read_text(encoding="utf-8")
+        for family, value in fitted.items():
+            pattern = (
+                rf"(\n  {family}:[^\n]*\n(?:    .*\n|      .*\n)*?"
+                r"    training_sustained_fraction: )[0-9.]+"
+            )
+            text = re.sub(pattern, rf"\g<1>{value:.2f}", text, count=1)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

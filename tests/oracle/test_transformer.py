@@ -1,0 +1,209 @@
+"""Transformer training step: FLOPs, breakdown, validation, best-mapping, properties, CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from deepflow.cli import app
+from deepflow.config import load_scenario
+from deepflow.config.specs import Scenario, TransformerSpec
+from deepflow.oracle.best_mapping import best_mappings, enumerate_mappings
+from deepflow.oracle.evaluate import evaluate_one, network_model
+from deepflow.oracle.hardware import device_caps
+from deepflow.oracle.workloads.transformer import (
+    model_flops_per_step,
+    transformer_columns,
+    transformer_step,
+)
+from deepflow.validation import validation_report
+from tests.conftest import REPO
+
+SCENARIOS = REPO / "configs" / "scenarios"
+runner = CliRunner()
+
+
+def llama() -> Scenario:
+    return load_scenario(SCENARIOS / "llama3-8b-h100.yaml")
+
+
+def test_model_flops_match_the_closed_form_for_gpt3() -> None:
+    # Narayanan et al. 2021 / Korthikanti et al. 2022: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)).
+    s = load_scenario(SCENARIOS / "gpt3-175b-a100.yaml")
+    assert isinstance(s.workload.model, TransformerSpec)
+    x = transformer_columns(s.workload.model, s.mapping, 1536)
+    big_b, seq, layers, h, v = 1536, 2048, 96, 12288, 51200
+    closed = 72 * big_b * seq * layers * h**2 * (1 + seq / (6 * h) + v / (12 * layers * h))
+    assert float(model_flops_per_step(x)[0]) == pytest.approx(closed, rel=1e-12)
+
+
+def test_breakdown_sums_to_step_and_contract_keys() -> None:
+    r = evaluate_one(llama())
+    assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-12)
+    assert 0.2 < r["mfu"] < 0.8
+    assert r["feasible"]
+    assert 0 < r["device"]["average_power_W"] <= r["device"]["power_W"]
+
+
+def test_public_validation_figures() -> None:
+    report = validation_report()
+    groups = report["groups"]
+    assert groups["mamf_ml_engineering"]["max_abs_error"] <= 0.10
+    assert groups["narayanan2021_table1"]["mean_abs_error"] <= 0.08
+    assert groups["korthikanti2022_table5"]["mean_abs_error"] <= 0.08
+    assert groups["megatron_core_h100_2024"]["mean_abs_error"] <= 0.10
+    assert groups["llm_foundry_a100_80"]["mean_abs_error"] <= 0.12
+    # Every configuration in the public set really ran: none may be reported infeasible.
+    assert all(row.get("feasible", True) for row in report["cases"])
+
+
+def test_best_mapping_ranks_feasible_mappings() -> None:
+    result = best_mappings(llama(), top=5)
+    assert result["num_feasible"] <= result["num_valid"]
+    times = [m["step_time_s"] for m in result["mappings"]]
+    assert times == sorted(times)
+    caps = device_caps(llama().system.device, "bf16")
+    assert all(m["memory_per_device_B"] <= caps.hbm_capacity_B for m in result["mappings"])
+    # The scenario's own mapping is one of the valid ones, so the best is at least as fast.
+    assert times[0] <= evaluate_one(llama())["step_time_s"] * (1 + 1e-9)
+
+
+def test_batch_equals_loop_of_singles() -> None:
+    s = llama()
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    mappings = enumerate_mappings(s)
+    pick = np.linspace(0, len(mappings["tensor_parallel"]) - 1, 12).astype(int)
+    base = transformer_columns(model, s.mapping, 64)
+    x = {k: np.broadcast_to(v, (len(pick),)) for k, v in base.items()}
+    x |= {k: v[pick] for k, v in mappings.items()}
+    caps = device_caps(s.system.device, "bf16")
+    batch = transformer_step(caps, network_model(s), x)
+    for j in range(len(pick)):
+        one = {k: np.asarray([v[j]]) for k, v in x.items()}
+        single = transformer_step(caps, network_model(s), one)
+        assert float(single["step_time_s"][0]) == pytest.approx(batch["step_time_s"][j], rel=1e-9)
+        assert float(single["memory_per_device_B"][0]) == pytest.approx(
+            batch["memory_per_device_B"][j], rel=1e-9
+        )
+
+
+def _all_mappings() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    s = llama()
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    mappings = enumerate_mappings(s)
+    n = len(mappings["tensor_parallel"])
+    base = transformer_columns(model, s.mapping, 64)
+    return {k: np.broadcast_to(v, (n,)) for k, v in base.items()}, mappings
+
+
+def test_a_higher_zero_stage_never_raises_memory() -> None:
+    base, mappings = _all_mappings()
+    s = llama()
+    caps = device_caps(s.system.device, "bf16")
+    x = base | mappings
+    memory = {}
+    for zero in range(4):
+        memory[zero] = transformer_step(caps, network_model(s), x | {
+            "zero_stage": np.full_like(x["zero_stage"], zero)})["memory_per_device_B"]  # fmt: skip
+    for lower, higher in ((0, 1), (1, 2), (2, 3)):
+        assert (memory[higher] <= memory[lower] * (1 + 1e-12)).all()
+
+
+@given(factor=st.floats(1.0, 16.0), which=st.sampled_from(["hbm", "scale_up", "scale_out"]))
+@settings(max_examples=25, deadline=None)
+def test_higher_bandwidth_is_never_slower(factor: float, which: str) -> None:
+    s = llama()
+    base, mappings = _all_mappings()
+    x = base | mappings
+    caps = device_caps(s.system.device, "bf16")
+    net = network_model(s)
+    before = transformer_step(caps, net, x)["step_time_s"]
+    if which == "hbm":
+        caps = replace(caps, hbm_bandwidth_Bps=caps.hbm_bandwidth_Bps * factor)
+    else:
+        field = f"{which}_bandwidth_Bps"
+        net = replace(net, **{field: np.asarray(getattr(net, field)) * factor})
+    after = transformer_step(caps, net, x)["step_time_s"]
+    assert (after <= before * (1 + 1e-9)).all()
+
+
+@pytest.mark.parametrize("scale", [2, 4, 8])
+def test_more_devices_with_the_same_per_device_batch_never_lower_throughput(scale: int) -> None:
+    s = llama()
+    bigger = replace(
+        s,
+        system=replace(s.system, num_nodes=scale),
+        workload=replace(s.workload, global_batch_size=64 * scale),
+        mapping=replace(s.mapping, data_parallel=8 * scale),
+    )
+    assert evaluate_one(bigger)["tokens_per_s"] >= evaluate_one(s)["tokens_per_s"]
+
+
+# ------------------------------------------------------------------------------------ CLI
+def test_validate_cli_json_and_table() -> None:
+    result = runner.invoke(app, ["validate", "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["cases"]) == 103
+    assert set(data["groups"]) >= {"mamf_ml_engineering", "korthikanti2022_table5"}
+    table = runner.invoke(app, ["validate"])
+    assert table.exit_code == 0
+    assert "group-weighted mean |error|" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{", "invalid JSON at line 1: Expecting property name enclosed in double quotes."),
+        ('{"a": 1}', "must be a JSON list of measurement cases with a 'group'."),
+        (
+            '[{"group": "mystery"}]',
+            "case 0 has group 'mystery', which deepflow cannot score (known: ",
+        ),
+    ],
+)
+def test_validate_rejects_bad_case_files(
+    content: str, expected: str, write_yaml: Callable[..., Path]
+) -> None:
+    path = write_yaml(content, name="cases.json")
+    result = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: {path}: {expected}")
+
+
+def test_validate_missing_case_file(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "--cases", str(tmp_path / "none.json")])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'none.json'}: no such file.\n"
+
+
+def test_best_mapping_cli() -> None:
+    path = SCENARIOS / "llama3-8b-h100.yaml"
+    result = runner.invoke(app, ["best-mapping", str(path), "--top", "3", "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["mappings"]) == 3
+    table = runner.invoke(app, ["best-mapping", str(path), "--top", "2"])
+    assert table.exit_code == 0
+    assert "feasible of" in table.stdout
+
+
+def test_best_mapping_rejects_non_transformer_workloads() -> None:
+    path = SCENARIOS / "lstm-a100.yaml"
+    result = runner.invoke(app, ["best-mapping", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: best-mapping enumerates transformer mappings; workload.model is a "
+        "lstm model.\n"
+    )
