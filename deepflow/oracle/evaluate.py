@@ -5,19 +5,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from deepflow.config.specs import DesignDeviceSpec, GemmSpec, LstmSpec, Scenario, TransformerSpec
-from deepflow.errors import DeepflowError
-from deepflow.oracle.hardware import device_caps, device_summary
+from deepflow.errors import ConfigError, DeepflowError
+from deepflow.oracle.hardware import (
+    DESIGN_COLUMNS,
+    DeviceCaps,
+    derive,
+    design_table,
+    device_caps,
+    device_summary,
+)
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.gemm import gemm_step
 from deepflow.oracle.workloads.lstm import lstm_step
-from deepflow.oracle.workloads.transformer import transformer_columns, transformer_step
+from deepflow.oracle.workloads.transformer import (
+    MAPPING_COLUMNS,
+    MODEL_COLUMNS,
+    transformer_columns,
+    transformer_step,
+)
 
-__all__ = ["average_power_W", "evaluate_one", "network_model"]
+__all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
+
+F = NDArray[np.float64]
 
 
 def network_model(scenario: Scenario, scale_up_Bps: float = 0.0,
@@ -115,3 +132,125 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
         "system_power_W": power * devices,
         "energy_per_step_J": power * devices * step,
     }
+
+
+def _design_caps(
+    device: DesignDeviceSpec, precision: str, overrides: Mapping[str, Any], n: int
+) -> tuple[DeviceCaps, dict[str, F]]:
+    """Capabilities of n variants of a design-mode device (DESIGN_COLUMNS overridden)."""
+    base = design_table([device])
+    table = {c: np.broadcast_to(np.asarray(overrides.get(c, base[c]), dtype=float), (n,))
+             for c in DESIGN_COLUMNS}  # fmt: skip
+    d = derive(table)
+    scalar = device_caps(device, precision)  # calibration and precision constants
+    sms = np.maximum(d["num_sms"], 1.0)
+    peak = d[f"peak_flops_{precision}"]
+    # DeviceCaps holds arrays here (one value per design); the kernels broadcast them.
+    fields: dict[str, Any] = dict(
+        peak_flops=peak,
+        vector_flops=np.where(d["peak_flops_fp32"] > 0, d["peak_flops_fp32"], peak / 16.0),
+        num_sms=sms,
+        clock_Hz=d["clock_Hz"],
+        hbm_bandwidth_Bps=d["hbm_bandwidth_Bps"],
+        hbm_capacity_B=d["hbm_capacity_B"],
+        hbm_latency_s=d["hbm_latency_s"],
+        l2_capacity_B=d["l2_capacity_B"],
+        l2_bandwidth_Bps=d["l2_bandwidth_Bps"],
+        l1_capacity_per_sm_B=d["l1_capacity_B"] / sms,
+        l1_bandwidth_Bps=d["l1_bandwidth_Bps"],
+        scale_up_bandwidth_Bps=d["scale_up_bandwidth_Bps"],
+        scale_out_bandwidth_Bps=d["scale_out_bandwidth_Bps"],
+    )
+    return replace(scalar, **fields), d
+
+
+def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, F]:
+    """Evaluate n variants of a transformer scenario in one vectorised call.
+
+    Args:
+        scenario: the base scenario (transformer workload).
+        columns: equal-length arrays overriding the base: any transformer model or mapping
+            column (``transformer.MODEL_COLUMNS``, ``MAPPING_COLUMNS``) and, for a
+            design-mode device, any of ``hardware.DESIGN_COLUMNS`` (budgets, technology).
+
+    Returns:
+        Columns of n: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``, ``mfu``,
+        ``model_flops_per_step``, ``memory_per_device_B``, ``memory_capacity_B``,
+        ``memory_excess_B``, ``feasible`` (memory and, for designs, area/power/perimeter/
+        reticle), ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``,
+        ``system_power_W``, ``energy_per_step_J``, ``breakdown_<part>_s`` and, for design
+        devices, ``die_cost_usd``, ``device_cost_usd`` and the constraint columns
+        ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
+        Row i equals ``evaluate_one`` of the scenario with row i's values.
+
+    Raises:
+        ConfigError: a non-transformer workload or an unknown column name.
+    """
+    model = scenario.workload.model
+    if not isinstance(model, TransformerSpec):
+        raise ConfigError(
+            f"{scenario.source}: evaluate_table evaluates transformer workloads; "
+            f"workload.model is a {model.kind} model."
+        )
+    known = set(MODEL_COLUMNS) | set(MAPPING_COLUMNS) | set(DESIGN_COLUMNS)
+    unknown = sorted(set(columns) - known)
+    if unknown:
+        raise ConfigError(f"evaluate_table: unknown columns {', '.join(unknown)}.")
+    lengths = {np.size(v) for v in columns.values()} or {1}
+    n = max(lengths)
+    base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
+    x = {k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,)) for k, v in
+         base.items()}  # fmt: skip
+    device, precision = scenario.system.device, scenario.workload.precision
+    derived: dict[str, F] = {}
+    if isinstance(device, DesignDeviceSpec):
+        caps, derived = _design_caps(device, precision, columns, n)
+        peak_power = derived["power_W"]
+        area = derived["die_area_mm2"]
+    else:
+        caps = device_caps(device, precision)
+        peak_power = np.full(n, device.tdp_W)
+        area = np.full(n, device.die_area_mm2)
+    net = network_model(scenario)
+    if derived:
+        up, out = derived["scale_up_bandwidth_Bps"], derived["scale_out_bandwidth_Bps"]
+        net = replace(
+            net,
+            scale_up_bandwidth_Bps=np.where(up > 0, up, net.scale_up_bandwidth_Bps),
+            scale_out_bandwidth_Bps=np.where(out > 0, out, net.scale_out_bandwidth_Bps),
+        )
+    result = transformer_step(caps, net, x)
+    step = result["step_time_s"]
+    devices = scenario.system.num_devices
+    capacity = np.broadcast_to(np.asarray(caps.hbm_capacity_B, dtype=float), (n,))
+    memory = result["memory_per_device_B"]
+    busy = sum(v for k, v in result["breakdown_s"].items() if k in _BUSY)
+    idle = caps.idle_power_fraction * peak_power
+    power = idle + (peak_power - idle) * np.minimum(busy / step, 1.0)
+    peak = np.broadcast_to(np.asarray(caps.peak_flops, dtype=float), (n,))
+    feasible = memory <= capacity
+    out_cols: dict[str, F] = {
+        "step_time_s": step,
+        "tokens_per_s": result["tokens_per_step"] / step,
+        "samples_per_s": result["samples_per_step"] / step,
+        "model_flops_per_step": result["model_flops_per_step"],
+        "mfu": result["model_flops_per_step"] / (step * devices * peak),
+        "memory_per_device_B": memory,
+        "memory_capacity_B": capacity,
+        "memory_excess_B": memory - capacity,
+        "peak_flops": peak,
+        "hbm_bandwidth_Bps": np.broadcast_to(np.asarray(caps.hbm_bandwidth_Bps, float), (n,)),
+        "area_mm2": area,
+        "power_W": peak_power,
+        "system_power_W": power * devices,
+        "energy_per_step_J": power * devices * step,
+    }
+    for name, value in result["breakdown_s"].items():
+        out_cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
+    if derived:
+        for name in ("die_cost_usd", "device_cost_usd", "area_excess_mm2", "power_excess_W",
+                     "perimeter_excess", "reticle_excess_mm2"):  # fmt: skip
+            out_cols[name] = derived[name]
+        feasible = feasible & (derived["feasible"] > 0)
+    out_cols["feasible"] = feasible.astype(bool)
+    return {k: np.asarray(v) for k, v in out_cols.items()}

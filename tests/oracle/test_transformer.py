@@ -207,3 +207,53 @@ def test_best_mapping_rejects_non_transformer_workloads() -> None:
         f"error: {path}: best-mapping enumerates transformer mappings; workload.model is a "
         "lstm model.\n"
     )
+
+
+# ------------------------------------------------------------------------- evaluate_table
+def _design_scenario() -> Scenario:
+    from deepflow.config import scenario_from_mapping
+
+    return scenario_from_mapping({
+        "system": {"device": "h100-like-4nm", "network": "dgx-h100", "devices_per_node": 8},
+        "workload": {"model": "llama3-8b", "global_batch_size": 64, "precision": "bf16"},
+        "mapping": {"data_parallel": 8, "activation_recompute": "full", "zero_stage": 3},
+    })  # fmt: skip
+
+
+def test_evaluate_table_rows_equal_evaluate_one_for_design_sweeps() -> None:
+    from deepflow.config.specs import DesignDeviceSpec
+    from deepflow.oracle.evaluate import evaluate_table
+
+    base = _design_scenario()
+    power = np.array([207.8, 120.0, 320.0])
+    area = np.array([531.0, 420.0, 531.0])
+    zero = np.array([3, 1, 0])
+    table = evaluate_table(base, {"power_core_W": power, "area_core_mm2": area,
+                                  "zero_stage": zero})  # fmt: skip
+    for i in range(3):
+        device = base.system.device
+        assert isinstance(device, DesignDeviceSpec)
+        one = replace(
+            base,
+            system=replace(base.system, device=replace(
+                device,
+                power_W=replace(device.power_W, core=float(power[i])),
+                area_mm2=replace(device.area_mm2, core=float(area[i])),
+            )),
+            mapping=replace(base.mapping, zero_stage=int(zero[i])),
+        )  # fmt: skip
+        single = evaluate_one(one)
+        assert table["step_time_s"][i] == pytest.approx(single["step_time_s"], rel=1e-9)
+        assert table["memory_per_device_B"][i] == pytest.approx(
+            single["memory_per_device_B"], rel=1e-9
+        )
+        assert table["energy_per_step_J"][i] == pytest.approx(single["energy_per_step_J"], rel=1e-9)
+    assert table["step_time_s"][2] < table["step_time_s"][0] < table["step_time_s"][1]
+
+
+def test_evaluate_table_rejects_unknown_columns() -> None:
+    from deepflow.errors import ConfigError
+    from deepflow.oracle.evaluate import evaluate_table
+
+    with pytest.raises(ConfigError, match=r"^evaluate_table: unknown columns tensor_paralel\.$"):
+        evaluate_table(llama(), {"tensor_paralel": np.array([1])})

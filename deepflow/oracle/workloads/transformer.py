@@ -181,23 +181,36 @@ def _unique_columns(flat: F) -> tuple[F, NDArray[np.intp]]:
     return ordered[:, new], inverse
 
 
+#: DeviceCaps fields the GEMM model reads (kernels.gemm); part of the de-duplication key
+#: when they vary across the batch (design sweeps).
+_GEMM_CAPS = (
+    "bytes_per_element", "num_sms", "peak_flops", "gemm_efficiency", "l1_bandwidth_Bps",
+    "l2_bandwidth_Bps", "l2_capacity_B", "hbm_bandwidth_Bps", "hbm_efficiency", "hbm_latency_s",
+    "warp_tile_m", "warp_tile_n", "cluster_size", "kernel_launch_s",
+)  # fmt: skip
+
+
 def _gemm_s(caps: DeviceCaps, m: F, n: F, k: F, batch: F | float = 1.0) -> F:
-    """GEMM seconds for arrays of shapes; each distinct shape is evaluated once.
+    """GEMM seconds for arrays of shapes; each distinct (shape, device) is evaluated once.
 
     Many mappings share GEMM shapes (best-mapping evaluates ~1e5 of them), so the tile search
-    runs on the unique (m, n, k, batch) rows only; a single shape uses the memoised path.
+    runs on the unique rows only; a single shape on a single device uses the memoised path.
     """
     values = (m, n, k, batch)
-    if all(np.size(v) == 1 for v in values):
+    varying = [f for f in _GEMM_CAPS if np.size(getattr(caps, f)) > 1]
+    if not varying and all(np.size(v) == 1 for v in values):
         mm, nn, kk, bb = (float(np.asarray(v).item()) for v in values)
         if all(v.is_integer() for v in (mm, nn, kk, bb)):
             shape = np.broadcast_shapes(*(np.shape(v) for v in values))
             return np.full(shape, gemm_one(caps, int(mm), int(nn), int(kk), int(bb)))
-    shapes = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values)))
-    flat = shapes.reshape(4, -1)
-    unique, inverse = _unique_columns(flat)
-    times = gemm(caps, *unique)["time_s"]
-    return np.asarray(times[inverse].reshape(shapes.shape[1:]), dtype=float)
+    arrays = [np.asarray(v, dtype=float) for v in values]
+    arrays += [np.asarray(getattr(caps, f), dtype=float) for f in varying]
+    stacked = np.stack(np.broadcast_arrays(*arrays))
+    unique, inverse = _unique_columns(stacked.reshape(len(arrays), -1))
+    device: dict[str, Any] = {f: getattr(caps, f) for f in _GEMM_CAPS}
+    device.update({f: unique[4 + i] for i, f in enumerate(varying)})
+    times = gemm(device, *unique[:4])["time_s"]
+    return np.asarray(times[inverse].reshape(stacked.shape[1:]), dtype=float)
 
 
 @lru_cache(maxsize=65536)
