@@ -58,9 +58,9 @@ def test_public_validation_figures() -> None:
     groups = report["groups"]
     assert groups["mamf_ml_engineering"]["max_abs_error"] <= 0.10
     assert groups["narayanan2021_table1"]["mean_abs_error"] <= 0.08
-    assert groups["korthikanti2022_table5"]["mean_abs_error"] <= 0.08
+    assert groups["korthikanti2022_table5"]["mean_abs_error"] <= 0.06
     assert groups["megatron_core_h100_2024"]["mean_abs_error"] <= 0.10
-    assert groups["llm_foundry_a100_80"]["mean_abs_error"] <= 0.12
+    assert groups["llm_foundry_a100_80"]["mean_abs_error"] <= 0.10
     # Every configuration in the public set really ran: none may be reported infeasible.
     assert all(row.get("feasible", True) for row in report["cases"])
 

@@ -385,9 +385,13 @@ def transformer_step(
     ce_b = memory_op_time_s(caps, 2 * logits * 4, 2 * logits, launches=2)
     first_extra = {"elementwise": emb_f + emb_b}
     last_extra = {"gemm": head_f + head_dg + head_wg, "elementwise": ce_f + ce_b}
-    p2p_msg = np.where(sp, act_msg / tp, act_msg)  # scatter/gather optimisation (§3.1)
-    p2p = np.where(pp > 1, 2 * v * _coll("send_recv", p2p_msg, np.full_like(pp, 2.0), net,
-                                         st_pp), 0.0)  # fmt: skip
+    # Megatron's scatter/gather optimisation (default since Narayanan et al. 2021 §4.1): each
+    # of the t ranks sends 1/t of the boundary activation; the receiving node all-gathers it
+    # over its scale-up links (§3.1). With SP the activation is already split.
+    p2p_msg = act_msg / tp
+    regather = np.where(sp, 0.0, _coll("all_gather", act_msg, tp, net, st_tp))
+    p2p = np.where(pp > 1, 2 * v * (_coll("send_recv", p2p_msg, np.full_like(pp, 2.0), net,
+                                          st_pp) + regather), 0.0)  # fmt: skip
 
     def stage(extra: Mapping[str, F]) -> dict[str, F]:
         parts = {k: layers_stage * val for k, val in layer.items()}
