@@ -328,14 +328,16 @@ def transformer_step(
     attn_b = np.where(flash, attn_flash_b, attn_unfused_b)
 
     # ------------------------------------------------------------------ elementwise
-    # Forward bytes per layer (§6.3): 2 norms (r+w), 2 residual adds (2r+w), dropout ×2
-    # (r+w+mask) in the SP region; activation r+w over F (GeLU) or 2F→F (SwiGLU) in the TP
-    # region; rotary on Q and K for SwiGLU (Llama-style) models.
-    elem_units = (4 + 6 + 5 * x["dropout"]) * T_e * h * p
+    # Forward bytes per layer (§6.3), as Megatron's fused kernels move them: 2 norms (read +
+    # write), 2 fused bias-dropout-residual-adds (read 2, write 1, plus a 1-byte mask with
+    # dropout; Megatron-LM fused_bias_dropout_add) in the SP region; fused bias-activation
+    # (read + write over F for GeLU, 2F -> F for SwiGLU) in the TP region; rotary on Q and K
+    # for SwiGLU (Llama-style) models.
+    elem_units = (4 + 6) * T_e * h * p + 2 * x["dropout"] * T_e * h
     act_units = np.where(x["swiglu"] > 0, 3.0, 2.0) * T * ffn / tp * topk * p
     rope = np.where(x["swiglu"] > 0, 2 * T * (a + kv) * d_h / tp * p, 0.0)
     elem_fwd_bytes = elem_units + act_units + rope
-    launches = 6 + 2 * x["dropout"]
+    launches = 5 + x["swiglu"]
     elem_f = memory_op_time_s(caps, elem_fwd_bytes, 2 * T_e * h * 5, launches=launches)
     elem_b = memory_op_time_s(caps, 2 * elem_fwd_bytes, 2 * T_e * h * 10, launches=launches)
 
