@@ -190,17 +190,30 @@ _GEMM_CAPS = (
 )  # fmt: skip
 
 
-def _gemm_s(caps: DeviceCaps, m: F, n: F, k: F, batch: F | float = 1.0) -> F:
+def _varying_caps(caps: DeviceCaps) -> tuple[str, ...]:
+    """The GEMM-relevant device fields that differ across the batch (design sweeps)."""
+    return tuple(f for f in _GEMM_CAPS if np.size(getattr(caps, f)) > 1)
+
+
+def _gemm_s(
+    caps: DeviceCaps,
+    m: F,
+    n: F,
+    k: F,
+    batch: F | float = 1.0,
+    varying: tuple[str, ...] | None = None,
+) -> F:
     """GEMM seconds for arrays of shapes; each distinct (shape, device) is evaluated once.
 
     Many mappings share GEMM shapes (best-mapping evaluates ~1e5 of them), so the tile search
     runs on the unique rows only; a single shape on a single device uses the memoised path.
     """
     values = (m, n, k, batch)
-    varying = [f for f in _GEMM_CAPS if np.size(getattr(caps, f)) > 1]
+    if varying is None:
+        varying = _varying_caps(caps)
     if not varying and all(np.size(v) == 1 for v in values):
         mm, nn, kk, bb = (float(np.asarray(v).item()) for v in values)
-        if all(v.is_integer() for v in (mm, nn, kk, bb)):
+        if mm.is_integer() and nn.is_integer() and kk.is_integer() and bb.is_integer():
             shape = np.broadcast_shapes(*(np.shape(v) for v in values))
             return np.full(shape, gemm_one(caps, int(mm), int(nn), int(kk), int(bb)))
     arrays = [np.asarray(v, dtype=float) for v in values]
@@ -255,6 +268,7 @@ def transformer_step(
     # whole training step (clocks under the power limit, framework overheads); fitted once per
     # family by benchmarks/fit_training.py, never per case.
     caps = replace(caps, gemm_efficiency=caps.gemm_efficiency * caps.training_sustained_fraction)
+    varying = _varying_caps(caps)
     p = caps.bytes_per_element
     L, h, a, kv = x["num_layers"], x["hidden_size"], x["num_attention_heads"], x["num_kv_heads"]
     ffn, s, vocab = x["ffn_hidden_size"], x["seq_length"], x["vocab_size"]
@@ -296,13 +310,13 @@ def transformer_step(
 
     def fwd_bwd(shape: tuple[F, F, F], batch: F | float = 1.0) -> tuple[F, F, F]:
         mm, nn, kk = shape
-        f = _gemm_s(caps, mm, nn, kk, batch)
-        dgrad = _gemm_s(caps, mm, kk, nn, batch)
-        wgrad = _gemm_s(caps, kk, nn, mm, batch)
+        f = _gemm_s(caps, mm, nn, kk, batch, varying)
+        dgrad = _gemm_s(caps, mm, kk, nn, batch, varying)
+        wgrad = _gemm_s(caps, kk, nn, mm, batch, varying)
         return f, dgrad, wgrad
 
     g = [fwd_bwd(qkv), fwd_bwd(proj), fwd_bwd(up, mlp_batch), fwd_bwd(down, mlp_batch)]
-    router_f = np.where(moe, _gemm_s(caps, T, experts, h), 0.0)
+    router_f = np.where(moe, _gemm_s(caps, T, experts, h, 1.0, varying), 0.0)
     gemm_f = sum(t[0] for t in g) + router_f
     gemm_dgrad = sum(t[1] for t in g) + router_f
     gemm_wgrad = sum(t[2] for t in g) + router_f
@@ -312,8 +326,8 @@ def transformer_step(
         caps, gemm_efficiency=attention_efficiency * caps.training_sustained_fraction)  # fmt: skip
     heads_loc = mb * a / tp
     causal = (1.0 + _FLASH_KV_TILE / s) / 2.0
-    qk = _gemm_s(att_caps, s_loc, s, d_h, heads_loc)
-    pv = _gemm_s(att_caps, s_loc, d_h, s, heads_loc)
+    qk = _gemm_s(att_caps, s_loc, s, d_h, heads_loc, varying)
+    pv = _gemm_s(att_caps, s_loc, d_h, s, heads_loc, varying)
     attn_flash_f = (qk + pv) * causal
     attn_flash_b = _FLASH_BWD * attn_flash_f
     scores = heads_loc * s_loc * s  # elements of the score matrix on this device
@@ -321,8 +335,8 @@ def transformer_step(
                               launches=1 + x["dropout"])  # fmt: skip
     soft_b = memory_op_time_s(caps, scores * (3 * p + x["dropout"] * (1 + 2 * p)), 4 * scores,
                               launches=1 + x["dropout"])  # fmt: skip
-    attn_unfused_f = _gemm_s(caps, s_loc, s, d_h, heads_loc) + _gemm_s(
-        caps, s_loc, d_h, s, heads_loc) + soft_f  # fmt: skip
+    attn_unfused_f = _gemm_s(caps, s_loc, s, d_h, heads_loc, varying) + _gemm_s(
+        caps, s_loc, d_h, s, heads_loc, varying) + soft_f  # fmt: skip
     attn_unfused_b = 2 * (attn_unfused_f - soft_f) + soft_b
     attn_f = np.where(flash, attn_flash_f, attn_unfused_f)
     attn_b = np.where(flash, attn_flash_b, attn_unfused_b)
