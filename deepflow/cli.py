@@ -67,13 +67,18 @@ def _root(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _dump(data: Any, as_json: bool) -> None:
+def _emit(data: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]], None]) -> None:
+    """Print a command's result: one JSON object, or the human-readable form."""
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        import yaml
+        printer(data)
 
-        typer.echo(yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True).rstrip())
+
+def _print_yaml(data: dict[str, Any]) -> None:
+    import yaml
+
+    typer.echo(yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True).rstrip())
 
 
 @app.command()
@@ -95,7 +100,7 @@ def show(
         resolved = load_scenario(scenario)
         data = resolved_scenario(resolved)
         data["derived"]["device"] = to_dict(device_summary(resolved.system.device))
-        _dump(data, as_json)
+        _emit(data, as_json, _print_yaml)
 
     _guard(body)
 
@@ -111,11 +116,7 @@ def evaluate(
         from deepflow.config import load_scenario
         from deepflow.oracle.evaluate import evaluate_one
 
-        result = evaluate_one(load_scenario(scenario))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
-            return
-        _print_evaluation(result)
+        _emit(evaluate_one(load_scenario(scenario)), as_json, _print_evaluation)
 
     _guard(body)
 
@@ -160,33 +161,33 @@ def best_mapping(
         from deepflow.config import load_scenario
         from deepflow.oracle.best_mapping import best_mappings
 
-        result = best_mappings(load_scenario(scenario), top=top)
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
-            return
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(
-            title=f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
-        )
-        for col in ("#", "step s", "MFU", "mem GiB", "TP", "PP", "DP", "CP", "EP", "mb", "v",
-                    "SP", "recompute", "ZeRO"):  # fmt: skip
-            table.add_column(col, justify="right")
-        for rank, row in enumerate(result["mappings"], 1):
-            m = row["mapping"]
-            table.add_row(
-                str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f} %",
-                f"{row['memory_per_device_B'] / 2**30:.1f}", str(m["tensor_parallel"]),
-                str(m["pipeline_parallel"]), str(m["data_parallel"]),
-                str(m["context_parallel"]), str(m["expert_parallel"]),
-                str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
-                "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
-                str(m["zero_stage"]),
-            )  # fmt: skip
-        Console().print(table)
+        _emit(best_mappings(load_scenario(scenario), top=top), as_json, _print_mappings)
 
     _guard(body)
+
+
+def _print_mappings(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    )
+    for col in ("#", "step s", "MFU", "mem GiB", "TP", "PP", "DP", "CP", "EP", "mb", "v",
+                "SP", "recompute", "ZeRO"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for rank, row in enumerate(result["mappings"], 1):
+        m = row["mapping"]
+        table.add_row(
+            str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f} %",
+            f"{row['memory_per_device_B'] / 2**30:.1f}", str(m["tensor_parallel"]),
+            str(m["pipeline_parallel"]), str(m["data_parallel"]),
+            str(m["context_parallel"]), str(m["expert_parallel"]),
+            str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
+            "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
+            str(m["zero_stage"]),
+        )  # fmt: skip
+    Console().print(table)
 
 
 @app.command()
@@ -201,11 +202,7 @@ def validate(
     def body() -> None:
         from deepflow.validation import validation_report
 
-        report = validation_report(cases)
-        if as_json:
-            typer.echo(json.dumps(report, indent=2))
-            return
-        _print_validation(report)
+        _emit(validation_report(cases), as_json, _print_validation)
 
     _guard(body)
 

@@ -18,6 +18,7 @@ from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
     DeviceCaps,
     derive,
+    derived_caps_fields,
     design_table,
     device_caps,
     device_summary,
@@ -143,25 +144,7 @@ def _design_caps(
              for c in DESIGN_COLUMNS}  # fmt: skip
     d = derive(table)
     scalar = device_caps(device, precision)  # calibration and precision constants
-    sms = np.maximum(d["num_sms"], 1.0)
-    peak = d[f"peak_flops_{precision}"]
-    # DeviceCaps holds arrays here (one value per design); the kernels broadcast them.
-    fields: dict[str, Any] = dict(
-        peak_flops=peak,
-        vector_flops=np.where(d["peak_flops_fp32"] > 0, d["peak_flops_fp32"], peak / 16.0),
-        num_sms=sms,
-        clock_Hz=d["clock_Hz"],
-        hbm_bandwidth_Bps=d["hbm_bandwidth_Bps"],
-        hbm_capacity_B=d["hbm_capacity_B"],
-        hbm_latency_s=d["hbm_latency_s"],
-        l2_capacity_B=d["l2_capacity_B"],
-        l2_bandwidth_Bps=d["l2_bandwidth_Bps"],
-        l1_capacity_per_sm_B=d["l1_capacity_B"] / sms,
-        l1_bandwidth_Bps=d["l1_bandwidth_Bps"],
-        scale_up_bandwidth_Bps=d["scale_up_bandwidth_Bps"],
-        scale_out_bandwidth_Bps=d["scale_out_bandwidth_Bps"],
-    )
-    return replace(scalar, **fields), d
+    return replace(scalar, **derived_caps_fields(d, precision)), d
 
 
 def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, F]:

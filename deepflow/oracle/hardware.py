@@ -42,6 +42,7 @@ __all__ = [
     "DeviceCaps",
     "derive",
     "derive_one",
+    "derived_caps_fields",
     "design_table",
     "device_caps",
     "device_summary",
@@ -485,6 +486,42 @@ class DeviceCaps:
 _SPEC_HBM_LATENCY_s = 100e-9
 
 
+def _calibration_fields(family: str, precision: str) -> dict[str, float]:
+    """DeviceCaps fields that come from the family's kernel calibration."""
+    cal = kernel_calibration(family)
+    return {
+        "gemm_efficiency": cal.gemm_efficiency_for(precision),
+        "hbm_efficiency": cal.hbm_efficiency,
+        "kernel_launch_s": cal.kernel_launch_s,
+        "warp_tile_m": cal.warp_tile_m,
+        "warp_tile_n": cal.warp_tile_n,
+        "cluster_size": cal.cluster_size,
+        "training_sustained_fraction": cal.training_sustained_fraction,
+        "idle_power_fraction": cal.idle_power_fraction,
+    }
+
+
+def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
+    """DeviceCaps fields of design-mode devices from :func:`derive` output (scalars or arrays)."""
+    sms = np.maximum(d["num_sms"], 1.0)
+    peak = d[f"peak_flops_{precision}"]
+    return {
+        "peak_flops": peak,
+        "vector_flops": np.where(d["peak_flops_fp32"] > 0, d["peak_flops_fp32"], peak / 16.0),
+        "num_sms": sms,
+        "clock_Hz": d["clock_Hz"],
+        "hbm_bandwidth_Bps": d["hbm_bandwidth_Bps"],
+        "hbm_capacity_B": d["hbm_capacity_B"],
+        "hbm_latency_s": d["hbm_latency_s"],
+        "l2_capacity_B": d["l2_capacity_B"],
+        "l2_bandwidth_Bps": d["l2_bandwidth_Bps"],
+        "l1_capacity_per_sm_B": d["l1_capacity_B"] / sms,
+        "l1_bandwidth_Bps": d["l1_bandwidth_Bps"],
+        "scale_up_bandwidth_Bps": d["scale_up_bandwidth_Bps"],
+        "scale_out_bandwidth_Bps": d["scale_out_bandwidth_Bps"],
+    }
+
+
 def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> DeviceCaps:
     """Capabilities of ``device`` at ``precision`` with its family's kernel calibration.
 
@@ -494,50 +531,26 @@ def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> Device
     Raises:
         ConfigError: the device has no peak at ``precision``.
     """
-    cal = kernel_calibration(device.family)
     if precision not in device.precisions:
         raise ConfigError(
             f"device {device.name} has no {precision} peak (it lists: "
             f"{', '.join(device.precisions)})."
         )
+    common: dict[str, Any] = {
+        "name": device.name,
+        "family": device.family,
+        "precision": precision,
+        "bytes_per_element": BYTES_PER_ELEMENT[precision],
+        **_calibration_fields(device.family, precision),
+    }
     if isinstance(device, DesignDeviceSpec):
-        d = derive_one(device)
-        num_sms = max(d["num_sms"], 1.0)
-        peak = d[f"peak_flops_{precision}"]
-        vector = d["peak_flops_fp32"] or peak / 16.0
-        return DeviceCaps(
-            name=device.name,
-            family=device.family,
-            precision=precision,
-            bytes_per_element=BYTES_PER_ELEMENT[precision],
-            peak_flops=peak,
-            vector_flops=vector,
-            num_sms=num_sms,
-            clock_Hz=d["clock_Hz"],
-            hbm_bandwidth_Bps=d["hbm_bandwidth_Bps"],
-            hbm_capacity_B=d["hbm_capacity_B"],
-            hbm_latency_s=d["hbm_latency_s"],
-            l2_capacity_B=d["l2_capacity_B"],
-            l2_bandwidth_Bps=d["l2_bandwidth_Bps"],
-            l1_capacity_per_sm_B=d["l1_capacity_B"] / num_sms,
-            l1_bandwidth_Bps=d["l1_bandwidth_Bps"],
-            gemm_efficiency=cal.gemm_efficiency_for(precision),
-            hbm_efficiency=cal.hbm_efficiency,
-            kernel_launch_s=cal.kernel_launch_s,
-            warp_tile_m=cal.warp_tile_m,
-            warp_tile_n=cal.warp_tile_n,
-            cluster_size=cal.cluster_size,
-            training_sustained_fraction=cal.training_sustained_fraction,
-            idle_power_fraction=cal.idle_power_fraction,
-            scale_up_bandwidth_Bps=d["scale_up_bandwidth_Bps"],
-            scale_out_bandwidth_Bps=d["scale_out_bandwidth_Bps"],
-        )
+        derived = derived_caps_fields(derive_one(device), precision)
+        scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}
+        return DeviceCaps(**common, **scalars)
+    cal = kernel_calibration(device.family)
     peak = device.peak_flops[precision]
     return DeviceCaps(
-        name=device.name,
-        family=device.family,
-        precision=precision,
-        bytes_per_element=BYTES_PER_ELEMENT[precision],
+        **common,
         peak_flops=peak,
         vector_flops=device.peak_flops.get("fp32", peak / 16.0),
         num_sms=float(device.num_sms),
@@ -549,12 +562,4 @@ def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> Device
         l2_bandwidth_Bps=cal.l2_bytes_per_clock * device.clock_Hz,
         l1_capacity_per_sm_B=device.l1_capacity_per_sm_B,
         l1_bandwidth_Bps=cal.l1_bytes_per_clock_per_sm * device.num_sms * device.clock_Hz,
-        gemm_efficiency=cal.gemm_efficiency_for(precision),
-        hbm_efficiency=cal.hbm_efficiency,
-        kernel_launch_s=cal.kernel_launch_s,
-        warp_tile_m=cal.warp_tile_m,
-        warp_tile_n=cal.warp_tile_n,
-        cluster_size=cal.cluster_size,
-        training_sustained_fraction=cal.training_sustained_fraction,
-        idle_power_fraction=cal.idle_power_fraction,
     )
