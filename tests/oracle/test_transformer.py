@@ -257,3 +257,49 @@ def test_evaluate_table_rejects_unknown_columns() -> None:
 
     with pytest.raises(ConfigError, match=r"^evaluate_table: unknown columns tensor_paralel\.$"):
         evaluate_table(llama(), {"tensor_paralel": np.array([1])})
+
+
+def _moe_scenario(expert_parallel: int) -> Scenario:
+    from deepflow.config import scenario_from_mapping
+
+    return scenario_from_mapping({
+        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8,
+                   "num_nodes": 2},
+        "workload": {
+            "model": {"kind": "transformer", "num_layers": 32, "hidden_size": 4096,
+                      "num_attention_heads": 32, "num_kv_heads": 8, "ffn_hidden_size": 14336,
+                      "ffn_activation": "swiglu", "seq_length": 4096, "vocab_size": 32000,
+                      "num_experts": 8, "experts_per_token": 2},
+            "global_batch_size": 64, "precision": "bf16",
+        },
+        "mapping": {"data_parallel": 8, "tensor_parallel": 2, "expert_parallel": expert_parallel,
+                    "activation_recompute": "full", "zero_stage": 1},
+    })  # fmt: skip
+
+
+def test_mixture_of_experts_counts_top_k_flops_and_all_to_all() -> None:
+    # Mixtral-8x7B-like: model FLOPs use experts_per_token = 2 of 8 experts (§1.1).
+    sharded = evaluate_one(_moe_scenario(expert_parallel=8))
+    replicated = evaluate_one(_moe_scenario(expert_parallel=1))
+    assert sharded["breakdown_s"]["expert_parallel_comm"] > 0
+    assert replicated["breakdown_s"]["expert_parallel_comm"] == 0
+    # Sharding the experts over 8 ranks cuts the weights (and optimizer state) per device.
+    assert sharded["memory_per_device_B"] < replicated["memory_per_device_B"]
+    dense_equivalent = 6 * 64 * 4096 * 32 * 3 * 4096 * 14336 * 2  # MLP share at top-2
+    assert sharded["model_flops_per_step"] > dense_equivalent
+
+
+def test_grouped_query_attention_shrinks_kv_activations() -> None:
+    from deepflow.oracle.workloads.transformer import activation_bytes_per_layer
+
+    base = {
+        "hidden_size": 8192, "num_attention_heads": 64, "ffn_hidden_size": 28672,
+        "swiglu": 1.0, "seq_length": 4096, "micro_batch_size": 1, "context_parallel": 1,
+        "dropout": 0.0, "flash_attention": 1.0, "tensor_parallel": 8.0,
+        "sequence_parallel": 1.0, "recompute": 0.0,
+    }  # fmt: skip
+    mha = float(activation_bytes_per_layer({**base, "num_kv_heads": 64}))
+    gqa = float(activation_bytes_per_layer({**base, "num_kv_heads": 8}))
+    sbh = 4096 * 8192
+    # K and V shrink by g = 8/64: 2·2·(1 − g) bytes per s·b·h, split over t = 8 (§2.2).
+    assert mha - gqa == pytest.approx(sbh * 4 * (1 - 8 / 64) / 8, rel=1e-12)
