@@ -38,6 +38,9 @@ class KernelCalibration:
     idle_power_fraction: float = key(
         "idle_power_fraction", ge=0, le=1, default=0.09, doc="power at idle / TDP (energy model)"
     )
+    attention_efficiency: float = key(
+        "attention_efficiency", gt=0, le=1, default=0.6, doc="fused attention kernel / peak"
+    )
 
     def gemm_efficiency_for(self, precision: str) -> float:
         """GEMM efficiency for ``precision``.

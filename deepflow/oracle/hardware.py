@@ -478,6 +478,7 @@ class DeviceCaps:
     cluster_size: float = 1.0
     training_sustained_fraction: float = 1.0
     idle_power_fraction: float = 0.09
+    attention_efficiency: float = 0.6
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
 
@@ -498,6 +499,7 @@ def _calibration_fields(family: str, precision: str) -> dict[str, float]:
         "cluster_size": cal.cluster_size,
         "training_sustained_fraction": cal.training_sustained_fraction,
         "idle_power_fraction": cal.idle_power_fraction,
+        "attention_efficiency": cal.attention_efficiency,
     }
 
 

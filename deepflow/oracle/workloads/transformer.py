@@ -248,8 +248,6 @@ def transformer_step(
     caps: DeviceCaps,
     net: NetworkModel,
     x: Mapping[str, Any],
-    *,
-    attention_efficiency: float | None = None,
 ) -> dict[str, Any]:
     """Step time, breakdown (sums to it), memory per device and FLOPs for n cases.
 
@@ -257,7 +255,6 @@ def transformer_step(
         caps: the device at the workload's precision.
         net: the network (its numbers may be arrays of n).
         x: arrays of n for every name in :data:`MODEL_COLUMNS` and :data:`MAPPING_COLUMNS`.
-        attention_efficiency: fused-attention kernel efficiency (default: the GEMM one).
 
     Returns:
         ``step_time_s``, ``breakdown_s`` (dict of arrays), ``memory_per_device_B``,
@@ -322,14 +319,19 @@ def transformer_step(
     gemm_wgrad = sum(t[2] for t in g) + router_f
 
     # ------------------------------------------------------------------ attention core
-    att_caps = caps if attention_efficiency is None else replace(
-        caps, gemm_efficiency=attention_efficiency * caps.training_sustained_fraction)  # fmt: skip
+    # Fused (flash) attention keeps the s×s scores in SRAM: its FLOPs run at the family's
+    # attention-kernel efficiency (§6.2) and only Q, K, V and O cross HBM; causal masking
+    # skips the tiles above the diagonal; the backward pass executes 2.5× the forward (§1.2).
     heads_loc = mb * a / tp
     causal = (1.0 + _FLASH_KV_TILE / s) / 2.0
-    qk = _gemm_s(att_caps, s_loc, s, d_h, heads_loc, varying)
-    pv = _gemm_s(att_caps, s_loc, d_h, s, heads_loc, varying)
-    attn_flash_f = (qk + pv) * causal
-    attn_flash_b = _FLASH_BWD * attn_flash_f
+    attn_flops = 4.0 * heads_loc * s_loc * s * d_h * causal
+    attn_rate = caps.peak_flops * caps.attention_efficiency * caps.training_sustained_fraction
+    qkvo_bytes = (2 * s_loc * a + 2 * s * kv) * d_h * mb / tp * p
+    hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
+    attn_flash_f = np.maximum(attn_flops / attn_rate, qkvo_bytes / hbm_rate) + caps.kernel_launch_s
+    attn_flash_b = np.maximum(_FLASH_BWD * attn_flops / attn_rate, 2 * qkvo_bytes / hbm_rate) + (
+        caps.kernel_launch_s
+    )
     scores = heads_loc * s_loc * s  # elements of the score matrix on this device
     soft_f = memory_op_time_s(caps, scores * (2 * p + x["dropout"] * (1 + p)), 5 * scores,
                               launches=1 + x["dropout"])  # fmt: skip
