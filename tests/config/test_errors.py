@@ -11,6 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deepflow.cli import app
+from deepflow.config import DeviceSpec, list_presets
+from deepflow.config._schema import yaml_keys
 from tests.conftest import BASE_SCENARIO
 
 runner = CliRunner()
@@ -52,13 +54,13 @@ CASES: list[tuple[str, Any, str]] = [
         "typo in a device preset name",
         scenario(system__device="a100-sxm4-80g"),
         "system.device names an unknown device preset 'a100-sxm4-80g'; "
-        "did you mean 'a100-sxm4-80gb'? Available: ",
+        "did you mean 'a100-sxm4-80gb'? Available: {devices}.",
     ),
     (
         "typo in a model preset name",
         scenario(workload__model="gpt3-17b"),
         "workload.model names an unknown model preset 'gpt3-17b'; "
-        "did you mean 'gpt3-175b'? Available: ",
+        "did you mean 'gpt3-175b'? Available: {models}.",
     ),
     (
         "negative die area in an inline override",
@@ -149,13 +151,13 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "relative preset path that does not exist",
         scenario(system__network="nets/mine.yaml"),
-        "system.network refers to 'nets/mine.yaml', but ",
+        "system.network refers to 'nets/mine.yaml', but {dir}/nets/mine.yaml does not exist.",
     ),
     (
         "unknown key inside an inline device",
         scenario(system__device={"base": "a100-sxm4-80gb", "hbm_capacity_GB": 96}),
         "unknown key 'system.device.hbm_capacity_GB'; did you mean 'hbm_capacity_GiB'? "
-        "Valid keys: ",
+        "Valid keys: {device_keys}.",
     ),
     (
         "mapping section that is a list",
@@ -173,7 +175,13 @@ def test_bad_scenario_message_and_exit_code(
     code, out, err = run_show(path)
     assert code == 2, err
     assert out == ""
-    assert err.startswith(f"error: {path}: {expected}"), err
+    message = expected.format(
+        devices=", ".join(list_presets("devices")),
+        models=", ".join(list_presets("models")),
+        dir=path.parent,
+        device_keys=", ".join(sorted(yaml_keys(DeviceSpec))),
+    )
+    assert err == f"error: {path}: {message}\n"
 
 
 def test_missing_file(tmp_path: Path) -> None:
