@@ -158,10 +158,10 @@ def lstm_step(
         breakdown[f"{label}_pipeline_bubble"] = (len(stages) - 1) * (compute + comm)
         phase_end[phase] = (steps + len(stages) - 1) * (compute + comm)
 
-    # Gradient reduction, overlapped with the rest of backward. In the reversed wavefront a
-    # block's weight gradient is complete after its timestep-0 backward; stage k (of n)
-    # finishes its last timestep (n − 1 − k) stage-times... measured from the end: the
-    # earliest stage (embedding side) finishes last.
+    # Gradient reduction, overlapped with the rest of backward. A block's weight gradient is
+    # complete after its timestep-0 backward. In the reversed wavefront the softmax stage
+    # finishes first and the embedding stage (stage 0) last: stage k finishes k slowest-stage
+    # times before the end of the backward pass.
     bwd_stage = [sum(stage_time(s, "bwd")) for s in stages]
     slowest_bwd = max(bwd_stage)
     exposed = 0.0

@@ -373,7 +373,8 @@ def transformer_step(
     cp_ag = _coll("all_gather", kv_msg, cp, net, st_cp)
     cp_f_exp = np.maximum(cp_ag - attn_f, 0.0)  # overlapped with the chunk in hand (§3.2)
     cp_b_exp = np.maximum(2 * cp_ag - attn_b, 0.0)
-    a2a = np.where(moe, _coll("all_to_all", T * topk * h * p, ep, net, st_cp), 0.0)
+    # expert parallelism is carved out of data parallelism (contract): EP ranks are DP ranks
+    a2a = np.where(moe, _coll("all_to_all", T * topk * h * p, ep, net, st_dp), 0.0)
     ep_f, ep_b = 2 * a2a, 2 * a2a  # dispatch + combine, exposed by default (§3.2)
 
     # ------------------------------------------------------------------ per layer, per micro-batch
