@@ -7,12 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import DesignDeviceSpec, GemmSpec, LstmSpec, Scenario, TransformerSpec
+from deepflow.config.specs import (
+    DesignDeviceSpec,
+    GemmSpec,
+    LstmSpec,
+    NetworkSpec,
+    Scenario,
+    TransformerSpec,
+)
 from deepflow.errors import ConfigError, DeepflowError
 from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
@@ -41,9 +49,18 @@ F = NDArray[np.float64]
 def network_model(scenario: Scenario, scale_up_Bps: float = 0.0,
                   scale_out_Bps: float = 0.0) -> NetworkModel:  # fmt: skip
     """The scenario's network; a design-mode device's own link bandwidths override the preset's."""
+    return _network_model(
+        scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps
+    )
+
+
+@lru_cache(maxsize=1024)
+def _network_model(
+    network: NetworkSpec, devices_per_node: int, scale_up_Bps: float, scale_out_Bps: float
+) -> NetworkModel:
     return NetworkModel.from_spec(
-        scenario.system.network,
-        scenario.system.devices_per_node,
+        network,
+        devices_per_node,
         scale_up_bandwidth_Bps=scale_up_Bps or None,
         scale_out_bandwidth_Bps=scale_out_Bps or None,
     )

@@ -227,6 +227,23 @@ def _gemm_s(
 
 
 @lru_cache(maxsize=65536)
+def _mem_one(caps: DeviceCaps, nbytes: float, flops: float, launches: float) -> float:
+    return float(memory_op_time_s(caps, nbytes, flops, launches=launches))
+
+
+def _mem_s(caps: DeviceCaps, nbytes: F, flops: F | float = 0.0, launches: F | float = 1) -> F:
+    """Memory-bound kernel seconds; a scalar case on a scalar device is memoised."""
+    if all(np.size(v) == 1 for v in (nbytes, flops, launches)):
+        try:
+            t = _mem_one(caps, float(np.asarray(nbytes).item()), float(np.asarray(flops).item()),
+                         float(np.asarray(launches).item()))  # fmt: skip
+            return np.full(np.shape(nbytes), t)
+        except TypeError:  # a device with array fields is not hashable
+            pass
+    return np.asarray(memory_op_time_s(caps, nbytes, flops, launches=launches), dtype=float)
+
+
+@lru_cache(maxsize=65536)
 def _coll_one(kind: str, msg: float, size: float, net: NetworkModel, stride: float) -> float:
     return float(collective_time_s(kind, msg, size, net=net, stride=stride))
 
@@ -333,9 +350,9 @@ def transformer_step(
         caps.kernel_launch_s
     )
     scores = heads_loc * s_loc * s  # elements of the score matrix on this device
-    soft_f = memory_op_time_s(caps, scores * (2 * p + x["dropout"] * (1 + p)), 5 * scores,
+    soft_f = _mem_s(caps, scores * (2 * p + x["dropout"] * (1 + p)), 5 * scores,
                               launches=1 + x["dropout"])  # fmt: skip
-    soft_b = memory_op_time_s(caps, scores * (3 * p + x["dropout"] * (1 + 2 * p)), 4 * scores,
+    soft_b = _mem_s(caps, scores * (3 * p + x["dropout"] * (1 + 2 * p)), 4 * scores,
                               launches=1 + x["dropout"])  # fmt: skip
     attn_unfused_f = _gemm_s(caps, s_loc, s, d_h, heads_loc, varying) + _gemm_s(
         caps, s_loc, d_h, s, heads_loc, varying) + soft_f  # fmt: skip
@@ -354,8 +371,8 @@ def transformer_step(
     rope = np.where(x["swiglu"] > 0, 2 * T * (a + kv) * d_h / tp * p, 0.0)
     elem_fwd_bytes = elem_units + act_units + rope
     launches = 5 + x["swiglu"]
-    elem_f = memory_op_time_s(caps, elem_fwd_bytes, 2 * T_e * h * 5, launches=launches)
-    elem_b = memory_op_time_s(caps, 2 * elem_fwd_bytes, 2 * T_e * h * 10, launches=launches)
+    elem_f = _mem_s(caps, elem_fwd_bytes, 2 * T_e * h * 5, launches=launches)
+    elem_b = _mem_s(caps, 2 * elem_fwd_bytes, 2 * T_e * h * 10, launches=launches)
 
     # ------------------------------------------------------------------ TP / CP / EP comm
     act_msg = T * h * p  # one activation tensor, nccl 'size' (§3.1)
@@ -396,12 +413,12 @@ def transformer_step(
     # ------------------------------------------------------------------ stages
     layers_stage = np.ceil(L / pp)
     # vocab-parallel embedding: gather + all-reduce (reduce-scatter with SP) over TP (§3.1)
-    emb_f = memory_op_time_s(caps, 2 * T_e * h * p) + np.where(sp, rs, ar)
-    emb_b = memory_op_time_s(caps, 2 * T_e * h * p)
+    emb_f = _mem_s(caps, 2 * T_e * h * p) + np.where(sp, rs, ar)
+    emb_b = _mem_s(caps, 2 * T_e * h * p)
     head_f, head_dg, head_wg = fwd_bwd((T, vocab / tp, h))
     logits = T * vocab / tp
-    ce_f = memory_op_time_s(caps, 3 * logits * 4 + 2 * T_e * h * p, 5 * logits, launches=3)
-    ce_b = memory_op_time_s(caps, 2 * logits * 4, 2 * logits, launches=2)
+    ce_f = _mem_s(caps, 3 * logits * 4 + 2 * T_e * h * p, 5 * logits, launches=3)
+    ce_b = _mem_s(caps, 2 * logits * 4, 2 * logits, launches=2)
     first_extra = {"elementwise": emb_f + emb_b}
     last_extra = {"gemm": head_f + head_dg + head_wg, "elementwise": ce_f + ce_b}
     # Megatron's scatter/gather optimisation (default since Narayanan et al. 2021 §4.1): each
@@ -465,7 +482,7 @@ def transformer_step(
     dp_exposed = np.where(dp > 1, dp_sharded, 0.0)
     breakdown["data_parallel_comm"] = dp_exposed
     opt_params = np.where(zero >= 1, stage_params / dp, stage_params)
-    breakdown["optimizer"] = memory_op_time_s(caps, _ADAM_BYTES * opt_params,
+    breakdown["optimizer"] = _mem_s(caps, _ADAM_BYTES * opt_params,
                                               _ADAM_FLOPS * opt_params, launches=4)  # fmt: skip
     breakdown["embedding_sync"] = np.where(
         pp > 1, _coll("all_reduce", emb_params / tp * grad_bytes, np.full_like(pp, 2.0), net,
