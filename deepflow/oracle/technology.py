@@ -50,30 +50,24 @@ def solve_voltage(
     """The voltage V > V_t at which dynamic power is ``power_ratio`` × nominal.
 
     Solves V·(V − V_t)² = r·V_n·(V_n − V_t)² (P = P_n·(f/f_n)·(V/V_n)² with f from the
-    alpha-power law; crossflow-reference §3.1) in closed form (Cardano / trigonometric), then
-    polishes with two Newton steps. r = 0 gives V = V_t.
+    alpha-power law; crossflow-reference §3.1) by Newton's method from an upper bound of the
+    root. r = 0 gives V = V_t.
     """
     r = np.maximum(np.asarray(power_ratio, dtype=float), 0.0)
     vn = np.asarray(nominal_voltage_V, dtype=float)
     vt = np.asarray(threshold_voltage_V, dtype=float)
     r, vn, vt = np.broadcast_arrays(r, vn, vt)
     c = r * vn * (vn - vt) ** 2
-    # x = V − V_t solves x³ + V_t·x² − c = 0; with x = y − V_t/3: y³ + p·y + q = 0.
-    p = -(vt**2) / 3.0
-    q = 2.0 * vt**3 / 27.0 - c
-    disc = (q / 2.0) ** 2 + (p / 3.0) ** 3
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sq = np.sqrt(np.maximum(disc, 0.0))
-        one_root = np.cbrt(-q / 2.0 + sq) + np.cbrt(-q / 2.0 - sq)
-        m = 2.0 * np.sqrt(-p / 3.0)
-        arg = np.clip(3.0 * q / (p * m), -1.0, 1.0)
-        three_roots = m * np.cos(np.arccos(arg) / 3.0)  # the largest of three real roots
-    y = np.where(disc > 0, one_root, three_roots)
-    x = np.maximum(y - vt / 3.0, 0.0)
-    for _ in range(2):  # Newton polish on h(x) = x³ + V_t x² − c
-        h = x**3 + vt * x**2 - c
-        dh = 3 * x**2 + 2 * vt * x
-        x = np.where(dh > 0, np.maximum(x - h / np.where(dh > 0, dh, 1.0), 0.0), x)
+    # x = V − V_t solves h(x) = x³ + V_t·x² − c = 0, convex and increasing for x ≥ 0.
+    # min(c^(1/3), (c/V_t)^(1/2)) bounds the root from above, so Newton's method from there
+    # converges monotonically (quadratically once close); 12 steps reach machine precision
+    # from any c ≥ 0, including c → 0 where a closed form loses all accuracy.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.minimum(np.cbrt(c), np.sqrt(c / vt))
+        for _ in range(12):
+            h = x**3 + vt * x**2 - c
+            dh = 3 * x**2 + 2 * vt * x
+            x = np.where(dh > 0, np.maximum(x - h / np.where(dh > 0, dh, 1.0), 0.0), x)
     return vt + x
 
 
