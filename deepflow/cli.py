@@ -232,6 +232,89 @@ def _print_validation(report: dict[str, Any]) -> None:
     )
 
 
+@app.command()
+def sample(
+    space: Annotated[Path, typer.Argument(help="Design-space YAML (configs/spaces/).")],
+    num_samples: Annotated[int, typer.Option("--num-samples", help="Rows to label (>= 1).")],
+    out: Annotated[Path, typer.Option("--out", help="Parquet file to write.")],
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (>= 0).")] = 0,
+    backend: Annotated[
+        str, typer.Option("--backend", help="local (processes, default) or ray.")
+    ] = "local",
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Processes or Ray CPUs (default: all CPUs).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the interrupted run in OUT.parts/.")
+    ] = False,
+    address: Annotated[
+        str | None, typer.Option("--address", help="With --backend ray: join this cluster.")
+    ] = None,
+) -> None:
+    """Label designs of a space with the oracle and write a Parquet dataset.
+
+    The same seed gives the same rows for every backend and worker count. Chunks land in
+    OUT.parts/ as they finish; after an interruption, --resume computes only the missing ones.
+    """
+
+    def body() -> None:
+        import os
+
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            Task,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.text import Text
+
+        from deepflow.datasets import sample as run_sample
+
+        class RowsPerSecond(ProgressColumn):
+            """Rows computed in this run (not those kept from an interrupted one) per second."""
+
+            def render(self, task: Task) -> Text:
+                elapsed = task.finished_time if task.finished else task.elapsed
+                rows = task.completed - task.fields["kept"]
+                return Text(f"{rows / elapsed:,.0f} rows/s" if elapsed and rows else "– rows/s")
+
+        bar = Progress(
+            TextColumn("sampling"), BarColumn(), MofNCompleteColumn(), RowsPerSecond(),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+        )  # fmt: skip
+        task_ids: list[Any] = []
+
+        def progress(done: int, total: int) -> None:
+            if not task_ids:  # the first call comes once the input is validated
+                bar.start()
+                task_ids.append(bar.add_task("sample", total=total, completed=done, kept=done))
+            else:
+                bar.update(task_ids[0], completed=done)
+
+        try:
+            result = run_sample(
+                space, num_samples=num_samples, out=out, seed=seed, backend=backend,
+                workers=workers if workers is not None else (os.cpu_count() or 1),
+                resume=resume, address=address, progress=progress,
+            )  # fmt: skip
+        finally:
+            if task_ids:
+                bar.stop()
+        resumed = f", {result.resumed_rows:,} kept from the interrupted run" if (
+            result.resumed_rows) else ""  # fmt: skip
+        typer.echo(
+            f"wrote {result.num_rows:,} rows ({result.num_feasible:,} feasible{resumed}) to "
+            f"{result.path} in {result.seconds:.1f} s ({result.rows_per_s:,.0f} rows/s)"
+        )
+
+    _guard(body)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="deepflow")

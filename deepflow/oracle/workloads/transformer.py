@@ -191,8 +191,8 @@ _GEMM_CAPS = (
 
 
 def _varying_caps(caps: DeviceCaps) -> tuple[str, ...]:
-    """The GEMM-relevant device fields that differ across the batch (design sweeps)."""
-    return tuple(f for f in _GEMM_CAPS if np.size(getattr(caps, f)) > 1)
+    """The GEMM-relevant device fields given per row (arrays: design sweeps, even of one row)."""
+    return tuple(f for f in _GEMM_CAPS if np.ndim(getattr(caps, f)) > 0)
 
 
 def _gemm_s(

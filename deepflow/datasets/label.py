@@ -1,0 +1,485 @@
+"""Label rows of a design space with the oracle: unit cube -> variable values -> results.
+
+Rows are grouped by the scenario they need (device, network, system size, model, precision);
+each transformer group is one vectorised :func:`~deepflow.oracle.evaluate.evaluate_table`
+call with the mapping, workload and design-budget columns of its rows. Other workloads (the
+paper's LSTM, GEMM) are evaluated row by row with
+:func:`~deepflow.oracle.evaluate.evaluate_one`, with design constraints and costs derived in
+one vectorised :func:`~deepflow.oracle.hardware.derive` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from deepflow.config.specs import (
+    AreaBudgetSpec,
+    DesignDeviceSpec,
+    PerimeterBudgetSpec,
+    PowerBudgetSpec,
+    Scenario,
+    TransformerSpec,
+)
+from deepflow.datasets.samplers import (
+    decode_continuous,
+    decode_index,
+    decode_integer,
+    decode_simplex,
+    unit_cube,
+)
+from deepflow.datasets.space import (
+    AREA_PARTS,
+    GROUP_VARIABLES,
+    PERIMETER_PARTS,
+    POWER_PARTS,
+    STRUCTURAL,
+    TECH_VARIABLES,
+    DesignSpace,
+)
+from deepflow.oracle.evaluate import evaluate_one, evaluate_table
+from deepflow.oracle.hardware import DESIGN_COLUMNS, derive, design_table
+
+__all__ = ["CONSTRAINTS", "arrow_schema", "decode", "label_rows", "output_names", "unique_rows"]
+
+F = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+#: Oracle outputs that are constraints (<= 0 feasible): the dataset's ``c_`` columns.
+CONSTRAINTS = (
+    "memory_excess_B", "area_excess_mm2", "power_excess_W", "perimeter_excess",
+    "reticle_excess_mm2",
+)  # fmt: skip
+#: Design-mode outputs of :func:`derive` the per-row path adds (evaluate_table has them).
+_DESIGN_OUTPUTS = ("die_cost_usd", "device_cost_usd", *CONSTRAINTS[1:])
+_MAPPING = "__mapping__"
+_RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
+_FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce")
+_TECH_PREFIXES = {
+    "technology": ("core_", "ratio_", "l2_", "l1_", "register_file_"),
+    "dram_technology": ("dram_",),
+    "scale_up_link": ("scale_up_",),
+    "scale_out_link": ("scale_out_",),
+}
+
+
+# ------------------------------------------------------------------------------- decode
+def unique_rows(keys: I64) -> tuple[I64, I64]:
+    """Distinct rows of an (n, m) integer array and each row's group number.
+
+    Faster than ``np.unique(axis=0)`` (which sorts structured records): the columns are
+    folded one by one into compact integer codes.
+    """
+    n = keys.shape[0]
+    codes = np.zeros(n, dtype=np.int64)
+    for j in range(keys.shape[1]):
+        values, inverse = np.unique(keys[:, j], return_inverse=True)
+        if len(values) > 1:
+            _, codes = np.unique(codes * len(values) + inverse.ravel(), return_inverse=True)
+            codes = codes.ravel().astype(np.int64)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return keys[first], inverse.ravel().astype(np.int64)
+
+
+def decode(space: DesignSpace, u: F) -> dict[str, NDArray[Any]]:
+    """Cube rows (n, d) -> per variable: values (continuous, integer), choice indices
+    (categorical, fixed), (n, k) parts (simplex), and the mapping rows (n, 7) of
+    :data:`STRUCTURAL` under ``"__mapping__"`` for transformer spaces."""
+    n = u.shape[0]
+    out: dict[str, NDArray[Any]] = {}
+    col = 0
+    for v in space.variables:
+        if v.joint:  # drawn below, jointly with the other structural degrees
+            continue
+        d = v.num_dims
+        log = v.scale == "log"
+        if v.type == "continuous":
+            out[v.name] = decode_continuous(u[:, col], v.low, v.high, log=log)
+        elif v.type == "integer":
+            out[v.name] = decode_integer(u[:, col], int(v.low), int(v.high), log=log)
+        elif v.type == "simplex":
+            out[v.name] = decode_simplex(u[:, col : col + d], v.part_low, v.part_high)
+        elif d:
+            out[v.name] = decode_index(u[:, col], len(v.choices))
+        else:
+            out[v.name] = np.zeros(n, dtype=np.int64)
+        col += d
+    if space.base_is_transformer:
+        u_map = u[:, col] if space.has_mapping_dim else np.zeros(n)
+        out[_MAPPING] = _decode_mapping(space, out, u_map)
+    return out
+
+
+def _values(space: DesignSpace, dec: dict[str, NDArray[Any]], name: str, default: Any,
+           n: int) -> NDArray[Any]:  # fmt: skip
+    """Per-row values of a non-simplex variable (choices looked up), or ``default``."""
+    var = space.by_name.get(name)
+    if var is None:
+        return np.full(n, default)
+    if var.type in ("categorical", "fixed"):
+        return np.asarray(var.choices)[dec[name]]
+    return dec[name]
+
+
+def _decode_mapping(space: DesignSpace, dec: dict[str, NDArray[Any]], u: F) -> I64:
+    n = u.shape[0]
+    system, workload = space.base.system, space.base.workload
+    per_node = _values(space, dec, "devices_per_node", system.devices_per_node, n)
+    devices = per_node.astype(np.int64) * _values(space, dec, "num_nodes", system.num_nodes, n)
+    model = dec["model"] if "model" in space.by_name else np.zeros(n, dtype=np.int64)
+    batch = _values(space, dec, "global_batch_size", workload.global_batch_size, n)
+    keys = np.stack([devices, model, batch.astype(np.int64)], axis=1)
+    unique, inverse = unique_rows(keys)
+    out = np.empty((n, len(STRUCTURAL)), dtype=np.int64)
+    for g, key in enumerate(unique):
+        rows = np.flatnonzero(inverse == g)
+        table = space.mapping_tables[(int(key[0]), int(key[1]), int(key[2]))]
+        out[rows] = table[decode_index(u[rows], len(table))]
+    return out
+
+
+# ------------------------------------------------------------------------------- inputs
+def x_columns(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> dict[str, Any]:
+    """The dataset's ``x_`` columns, in order."""
+    out: dict[str, Any] = {}
+    mapping = dec.get(_MAPPING)
+    for v in space.variables:
+        if v.type == "simplex":
+            for j, part in enumerate(v.parts):
+                out[f"x_{v.name}_{part}"] = dec[v.name][:, j]
+        elif v.name in STRUCTURAL and mapping is not None:
+            out[f"x_{v.name}"] = mapping[:, STRUCTURAL.index(v.name)]
+        elif v.name == "sequence_parallel" and mapping is not None:
+            out["x_sequence_parallel"] = _sequence_parallel(space, dec, mapping, n)
+        else:
+            out[f"x_{v.name}"] = _values(space, dec, v.name, None, n)
+    if space.derives_data_parallel and mapping is not None:
+        out["x_data_parallel"] = mapping[:, STRUCTURAL.index("data_parallel")]
+    return out
+
+
+def _sequence_parallel(space: DesignSpace, dec: dict[str, NDArray[Any]], mapping: I64,
+                       n: int) -> NDArray[np.bool_]:  # fmt: skip
+    """Sequence parallelism splits over the tensor-parallel group: off without one."""
+    sp = _values(space, dec, "sequence_parallel", space.base.mapping.sequence_parallel, n)
+    return sp.astype(bool) & (mapping[:, STRUCTURAL.index("tensor_parallel")] > 1)
+
+
+# ------------------------------------------------------------------------------- design
+def _tech_columns(space: DesignSpace, name: str, device: DesignDeviceSpec) -> dict[str, F]:
+    """DESIGN_COLUMNS a technology choice sets, one array entry per choice."""
+    cache_key = ("tech", name)
+    cached: dict[str, F] | None = space.cache.get(cache_key)
+    if cached is not None:
+        return cached
+    specs = [dataclasses.replace(device, **{name: t}) for t in space.resolved[name]]
+    table = design_table(specs)
+    prefixes = _TECH_PREFIXES[name]
+    cols = {c: table[c] for c in DESIGN_COLUMNS
+            if c.startswith(prefixes) and not c.endswith("_neighbours")}  # fmt: skip
+    space.cache[cache_key] = cols
+    return cols
+
+
+def _design_values(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: I64, total: int,
+                   device: DesignDeviceSpec) -> dict[str, NDArray[Any]]:  # fmt: skip
+    """Design parameters of ``rows`` (of ``total`` decoded rows), by spec field or
+    DESIGN_COLUMNS name (mm², W, fractions); technology entries hold choice indices."""
+    names = space.by_name
+    n = len(rows)
+
+    def num(name: str, default: float) -> F:
+        if name not in names:
+            return np.full(n, float(default))
+        return np.asarray(_values(space, dec, name, default, total)[rows], dtype=float)
+
+    out: dict[str, NDArray[Any]] = {}
+    out["die_area_mm2"] = num("die_area_mm2", device.die_area_mm2)
+    out["tdp_W"] = num("tdp_W", device.tdp_W)
+    totals = {"area_split": out["die_area_mm2"], "power_split": out["tdp_W"],
+              "perimeter_split": np.ones(n)}  # fmt: skip
+    budgets = {
+        "area_split": (AREA_PARTS, "area_{}_mm2", device.area_mm2),
+        "power_split": (POWER_PARTS, "power_{}_W", device.power_W),
+        "perimeter_split": (PERIMETER_PARTS, "perimeter_{}", device.perimeter_fraction),
+    }
+    for split, (parts, pattern, spec) in budgets.items():
+        var = names.get(split)
+        for p in parts:
+            column = pattern.format(p)
+            if var is not None and p in var.parts:
+                out[column] = dec[split][rows, var.parts.index(p)] * totals[split]
+            else:
+                out[column] = num(column, float(getattr(spec, p)))
+    for c in ("scale_up", "scale_out"):
+        out[f"{c}_neighbours"] = num(f"{c}_neighbours", float(getattr(device, f"{c}_neighbours")))
+    for name in TECH_VARIABLES:
+        if name in names:
+            out[name] = dec[name][rows]
+    if "hbm_num_stacks" in names:
+        if "dram_technology" in names:
+            footprint = np.array([t.stack_footprint_mm2 for t in space.resolved["dram_technology"]])
+            per_stack = footprint[dec["dram_technology"][rows]]
+        else:
+            per_stack = np.full(n, device.dram_technology.stack_footprint_mm2)
+        out["package_area_mm2"] = out["die_area_mm2"] + num("hbm_num_stacks", 1.0) * per_stack
+    else:
+        out["package_area_mm2"] = num("package_area_mm2", device.package_area_mm2)
+    return out
+
+
+def _design_columns(space: DesignSpace, vals: dict[str, NDArray[Any]],
+                    device: DesignDeviceSpec) -> dict[str, NDArray[Any]]:  # fmt: skip
+    """The DESIGN_COLUMNS overrides of evaluate_table for the rows of ``vals``."""
+    cols = {k: v for k, v in vals.items() if k in DESIGN_COLUMNS}
+    for name in TECH_VARIABLES:
+        if name in vals:
+            for c, per_choice in _tech_columns(space, name, device).items():
+                cols[c] = per_choice[vals[name]]
+    return cols
+
+
+def _row_device(space: DesignSpace, device: DesignDeviceSpec, vals: dict[str, NDArray[Any]],
+                i: int) -> DesignDeviceSpec:  # fmt: skip
+    """Row ``i`` of ``vals`` as a design-mode device spec (for :func:`evaluate_one`)."""
+    changes: dict[str, Any] = {
+        "die_area_mm2": float(vals["die_area_mm2"][i]),
+        "package_area_mm2": float(vals["package_area_mm2"][i]),
+        "tdp_W": float(vals["tdp_W"][i]),
+        "scale_up_neighbours": int(vals["scale_up_neighbours"][i]),
+        "scale_out_neighbours": int(vals["scale_out_neighbours"][i]),
+        "area_mm2": AreaBudgetSpec(**{p: float(vals[f"area_{p}_mm2"][i]) for p in AREA_PARTS}),
+        "power_W": PowerBudgetSpec(**{p: float(vals[f"power_{p}_W"][i]) for p in POWER_PARTS}),
+        "perimeter_fraction": PerimeterBudgetSpec(
+            **{p: float(vals[f"perimeter_{p}"][i]) for p in PERIMETER_PARTS}
+        ),
+    }
+    for name in TECH_VARIABLES:
+        if name in vals:
+            changes[name] = space.resolved[name][int(vals[name][i])]
+    return dataclasses.replace(device, **changes)
+
+
+# ------------------------------------------------------------------------------- oracle
+def _group_keys(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> NDArray[np.int64]:
+    """(n, 6) group keys: choice indices or counts per GROUP_VARIABLES; -1 = the base's."""
+    keys = np.full((n, len(GROUP_VARIABLES)), -1, dtype=np.int64)
+    for j, name in enumerate(GROUP_VARIABLES):
+        if name not in space.by_name:
+            continue
+        if name in ("devices_per_node", "num_nodes"):
+            keys[:, j] = _values(space, dec, name, 0, n).astype(np.int64)
+        else:
+            keys[:, j] = dec[name]
+    return keys
+
+
+def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: I64,
+                        n: int) -> dict[str, NDArray[Any]]:  # fmt: skip
+    """Mapping and workload columns of evaluate_table for ``rows``."""
+    names = space.by_name
+    cols: dict[str, NDArray[Any]] = {}
+    mapping = dec[_MAPPING][rows]
+    for j, degree in enumerate(STRUCTURAL):
+        cols[degree] = mapping[:, j].astype(float)
+    for flag in _FLAGS:
+        if flag in names:
+            cols[flag] = _values(space, dec, flag, False, n)[rows].astype(float)
+    if "sequence_parallel" in names:
+        cols["sequence_parallel"] = _sequence_parallel(space, dec, dec[_MAPPING], n)[rows].astype(
+            float
+        )
+    if "activation_recompute" in names:
+        code = np.array([_RECOMPUTE[str(m)] for m in names["activation_recompute"].choices])
+        cols["recompute"] = code[dec["activation_recompute"][rows]]
+    if "zero_stage" in names:
+        cols["zero_stage"] = _values(space, dec, "zero_stage", 0, n)[rows].astype(float)
+    if "global_batch_size" in names:
+        cols["global_batch_size"] = _values(space, dec, "global_batch_size", 1, n)[rows].astype(
+            float
+        )
+    return cols
+
+
+def _flatten_one(result: dict[str, Any]) -> dict[str, float]:
+    """evaluate_one's nested result -> the flat columns evaluate_table returns."""
+    out = {k: float(result[k]) for k in (
+        "step_time_s", "tokens_per_s", "samples_per_s", "model_flops_per_step", "mfu",
+        "memory_per_device_B", "memory_capacity_B", "memory_excess_B")}  # fmt: skip
+    device = result["device"]
+    for k in ("peak_flops", "hbm_bandwidth_Bps", "area_mm2", "power_W"):
+        out[k] = float(device[k])
+    out["system_power_W"] = float(result["system_power_W"])
+    out["energy_per_step_J"] = float(result["energy_per_step_J"])
+    for k, v in result["breakdown_s"].items():
+        out[f"breakdown_{k}_s"] = float(v)
+    out["feasible"] = float(bool(result["feasible"]))
+    return out
+
+
+def _evaluate_rows(space: DesignSpace, scenario: Scenario, dec: dict[str, NDArray[Any]],
+                   rows: I64, n: int) -> dict[str, F]:  # fmt: skip
+    """Row-by-row evaluate_one (non-transformer workloads)."""
+    device = scenario.system.device
+    design = device if isinstance(device, DesignDeviceSpec) else None
+    vals = _design_values(space, dec, rows, n, design) if design is not None else {}
+    batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)[rows]
+    results: dict[str, list[float]] = {}
+    for i in range(len(rows)):
+        system = scenario.system
+        if design is not None:
+            system = dataclasses.replace(system, device=_row_device(space, design, vals, i))
+        workload = dataclasses.replace(scenario.workload, global_batch_size=int(batch[i]))
+        flat = _flatten_one(evaluate_one(dataclasses.replace(scenario, system=system,
+                                                             workload=workload)))  # fmt: skip
+        for k, v in flat.items():
+            results.setdefault(k, []).append(v)
+    out = {k: np.asarray(v, dtype=float) for k, v in results.items()}
+    if design is not None:
+        table = {c: np.broadcast_to(v, (len(rows),)) for c, v in design_table([design]).items()}
+        table.update(_design_columns(space, vals, design))
+        derived = derive(table)
+        for k in _DESIGN_OUTPUTS:
+            out[k] = derived[k]
+        out["feasible"] = ((out["feasible"] > 0) & (derived["feasible"] > 0)).astype(float)
+    return out
+
+
+def _evaluate(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> dict[str, F]:
+    keys = _group_keys(space, dec, n)
+    unique, inverse = unique_rows(keys)
+    merged: dict[str, F] = {}
+    for g, key in enumerate(unique):
+        rows = np.flatnonzero(inverse == g)
+        group = space.group(tuple(None if k < 0 else int(k) for k in key))
+        scenario = group.scenario
+        device = scenario.system.device
+        if group.transformer:
+            cols = _transformer_inputs(space, dec, rows, n)
+            if space.has_design_variables and isinstance(device, DesignDeviceSpec):
+                vals = _design_values(space, dec, rows, n, device)
+                cols.update(_design_columns(space, vals, device))
+            result = evaluate_table(scenario, cols)
+        else:
+            result = _evaluate_rows(space, scenario, dec, rows, n)
+        for k, v in result.items():
+            if k not in merged:
+                # A constraint a group's device lacks (design budgets on a spec device) holds;
+                # an output it lacks (die cost) is unknown.
+                merged[k] = np.zeros(n) if k in CONSTRAINTS else np.full(n, np.nan)
+            merged[k][rows] = v
+    return merged
+
+
+def output_names(space: DesignSpace) -> tuple[list[str], list[str]]:
+    """The ``y_`` and ``c_`` column names (without prefix) of the space's datasets.
+
+    Found by evaluating the base scenario once per kind of group (device mode x workload
+    kind) the space can produce, so every chunk has the same columns.
+    """
+    cached = space.cache.get("outputs")
+    if cached is not None:
+        return cached
+    devices = space.resolved.get("device", (space.base.system.device,))
+    models = space.resolved.get("model", (space.base.workload.model,))
+    seen: dict[tuple[bool, str], tuple[Any, Any]] = {}
+    for d in devices:
+        for m in models:
+            seen.setdefault((isinstance(d, DesignDeviceSpec), m.kind), (d, m))
+    names: dict[str, None] = {}
+    for (design, _kind), (device, model) in seen.items():
+        base = space.base
+        scenario = dataclasses.replace(
+            base, system=dataclasses.replace(base.system, device=device),
+            workload=dataclasses.replace(base.workload, model=model),
+        )  # fmt: skip
+        if isinstance(model, TransformerSpec):
+            names.update(dict.fromkeys(evaluate_table(scenario, {})))
+        else:
+            names.update(dict.fromkeys(_flatten_one(evaluate_one(scenario))))
+            if design:
+                names.update(dict.fromkeys(_DESIGN_OUTPUTS))
+    names.pop("feasible", None)
+    y = [k for k in names if k not in CONSTRAINTS]
+    c = [k for k in CONSTRAINTS if k in names]
+    space.cache["outputs"] = (y, c)
+    return y, c
+
+
+# ------------------------------------------------------------------------------- arrow
+def _x_type(space: DesignSpace, column: str) -> pa.DataType:
+    for v in space.variables:
+        if column not in v.columns:
+            continue
+        if v.type in ("continuous", "simplex"):
+            return pa.float64()
+        if v.type == "integer" or v.name in STRUCTURAL:
+            return pa.int64()
+        if v.name == "sequence_parallel":
+            return pa.bool_()
+        kinds = {type(c) for c in v.choices}
+        if kinds == {bool}:
+            return pa.bool_()
+        if kinds <= {int}:
+            return pa.int64()
+        if kinds <= {int, float}:
+            return pa.float64()
+        return pa.string()
+    return pa.int64()  # x_data_parallel (derived)
+
+
+def arrow_schema(space: DesignSpace) -> pa.Schema:
+    """The dataset's column schema (no file metadata)."""
+    y, c = output_names(space)
+    fields = [pa.field("sample_index", pa.int64())]
+    fields += [pa.field(col, _x_type(space, col)) for col in space.x_columns()]
+    fields += [pa.field(f"y_{k}", pa.float64()) for k in y]
+    fields += [pa.field(f"c_{k}", pa.float64()) for k in c]
+    fields += [
+        pa.field("feasible", pa.bool_()),
+        pa.field("oracle_version", pa.string()),
+        pa.field("space_sha256", pa.string()),
+        pa.field("seed", pa.int64()),
+    ]
+    return pa.schema(fields)
+
+
+def label_rows(space: DesignSpace, *, seed: int, start: int, stop: int, num_samples: int,
+               oracle_version: str) -> pa.Table:  # fmt: skip
+    """Rows ``start..stop-1`` of the dataset of ``num_samples`` rows, as an Arrow table.
+
+    The result depends only on the space, the seed, ``num_samples`` and the row range, and
+    row i is the same whichever range it is computed in.
+    """
+    levels, endpoints = space.grid_levels() if space.sampler == "grid" else ([], [])
+    u = unit_cube(space.sampler, seed=seed, start=start, stop=stop, num_samples=num_samples,
+                  dims=space.num_dims, levels=levels, endpoints=endpoints)  # fmt: skip
+    n = stop - start
+    dec = decode(space, u)
+    xs = x_columns(space, dec, n)
+    result = _evaluate(space, dec, n)
+    y_names, c_names = output_names(space)
+    schema = arrow_schema(space)
+    arrays: dict[str, Any] = {"sample_index": np.arange(start, stop, dtype=np.int64)}
+    arrays.update(xs)
+    for k in y_names:
+        arrays[f"y_{k}"] = result.get(k, np.full(n, np.nan))
+    for k in c_names:
+        arrays[f"c_{k}"] = result.get(k, np.zeros(n))
+    arrays["feasible"] = np.asarray(result["feasible"]) > 0
+    arrays["oracle_version"] = pa.array([oracle_version] * n, pa.string())
+    arrays["space_sha256"] = pa.array([space.sha256] * n, pa.string())
+    arrays["seed"] = np.full(n, seed, dtype=np.int64)
+    columns = [pa.array(_plain(arrays[f.name]), type=f.type) if not isinstance(
+        arrays[f.name], pa.Array) else arrays[f.name] for f in schema]  # fmt: skip
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _plain(a: Any) -> Any:
+    """numpy arrays of Python objects (string choices) -> lists for Arrow."""
+    arr = np.asarray(a)
+    return arr.tolist() if arr.dtype == object or arr.dtype.kind == "U" else arr
