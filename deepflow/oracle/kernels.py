@@ -63,6 +63,8 @@ def gemm(
     n: ArrayLike,
     k: ArrayLike,
     batch: ArrayLike = 1,
+    *,
+    detail: bool = True,
 ) -> dict[str, F]:
     """Time of ``batch`` independent GEMMs C[m, n] = A[m, k] · B[k, n] on one device.
 
@@ -70,6 +72,7 @@ def gemm(
         caps: device capabilities (scalars, or arrays broadcastable with the shapes).
         m, n, k: GEMM dimensions (elements), arrays of the same shape or scalars.
         batch: number of independent GEMMs of that shape (batched GEMM, e.g. attention).
+        detail: False returns only ``time_s`` (faster; for the workload models).
 
     Returns:
         ``time_s`` (launch overhead included), ``flops``, per-level times ``compute_s``,
@@ -125,8 +128,8 @@ def gemm(
     l1_s = l1_bytes / l1_bw
     l2_s = l2_bytes / l2_bw
     hbm_s = hbm_bytes / hbm_bw + hbm_lat
-    levels = np.stack(np.broadcast_arrays(compute_s, l1_s, l2_s, hbm_s))
-    kernel_s = levels.max(axis=0)
+    compute_b, l1_b, l2_b, hbm_b = np.broadcast_arrays(compute_s, l1_s, l2_s, hbm_s)
+    kernel_s = np.maximum(np.maximum(compute_b, l1_b), np.maximum(l2_b, hbm_b))
     best = np.argmin(kernel_s, axis=-1)[..., None]
 
     def pick(x: F) -> F:
@@ -134,19 +137,22 @@ def gemm(
         return np.take_along_axis(full, best, axis=-1)[..., 0]
 
     launch = _get(caps, "kernel_launch_s")
+    if not detail:
+        return {"time_s": np.asarray(pick(kernel_s) + launch, dtype=float)}
+    picked = [pick(level) for level in (compute_b, l1_b, l2_b, hbm_b)]
     out = {
         "time_s": pick(kernel_s) + launch,
         "flops": (2.0 * b_ * m_ * n_ * k_)[..., 0],
-        "compute_s": pick(compute_s),
-        "l1_s": pick(l1_s),
-        "l2_s": pick(l2_s),
-        "hbm_s": pick(hbm_s),
+        "compute_s": picked[0],
+        "l1_s": picked[1],
+        "l2_s": picked[2],
+        "hbm_s": picked[3],
         "l1_bytes": pick(l1_bytes),
         "l2_bytes": pick(l2_bytes),
         "hbm_bytes": pick(hbm_bytes),
         "tile_m": pick(np.broadcast_to(_TM, kernel_s.shape)),
         "tile_n": pick(np.broadcast_to(_TN, kernel_s.shape)),
-        "bound": pick(np.argmax(levels, axis=0).astype(float)),
+        "bound": np.argmax(np.stack(picked), axis=0).astype(float),
     }
     return {name: np.asarray(v, dtype=float) for name, v in out.items()}
 
@@ -154,7 +160,7 @@ def gemm(
 @lru_cache(maxsize=65536)
 def gemm_one(caps: DeviceCaps, m: int, n: int, k: int, batch: int = 1) -> float:
     """Seconds for one (batched) GEMM on one device; memoised per (device, shape)."""
-    return float(gemm(caps, m, n, k, batch)["time_s"])
+    return float(gemm(caps, m, n, k, batch, detail=False)["time_s"])
 
 
 def memory_op_time_s(

@@ -181,8 +181,8 @@ def _unique_columns(flat: F) -> tuple[F, NDArray[np.intp]]:
     return ordered[:, new], inverse
 
 
-#: DeviceCaps fields the GEMM model reads (kernels.gemm); part of the de-duplication key
-#: when they vary across the batch (design sweeps).
+#: DeviceCaps fields the GEMM model reads (kernels.gemm); when any is given per row (design
+#: sweeps) the shapes are not de-duplicated.
 _GEMM_CAPS = (
     "bytes_per_element", "num_sms", "peak_flops", "gemm_efficiency", "l1_bandwidth_Bps",
     "l2_bandwidth_Bps", "l2_capacity_B", "hbm_bandwidth_Bps", "hbm_efficiency", "hbm_latency_s",
@@ -203,10 +203,11 @@ def _gemm_s(
     batch: F | float = 1.0,
     varying: tuple[str, ...] | None = None,
 ) -> F:
-    """GEMM seconds for arrays of shapes; each distinct (shape, device) is evaluated once.
+    """GEMM seconds for arrays of shapes.
 
-    Many mappings share GEMM shapes (best-mapping evaluates ~1e5 of them), so the tile search
-    runs on the unique rows only; a single shape on a single device uses the memoised path.
+    On one device many mappings share GEMM shapes (best-mapping evaluates ~1e5 of them), so
+    the tile search runs on the distinct shapes only; a single shape uses the memoised path.
+    With one device per row (design sweeps) rows rarely repeat and are evaluated directly.
     """
     values = (m, n, k, batch)
     if varying is None:
@@ -216,13 +217,11 @@ def _gemm_s(
         if mm.is_integer() and nn.is_integer() and kk.is_integer() and bb.is_integer():
             shape = np.broadcast_shapes(*(np.shape(v) for v in values))
             return np.full(shape, gemm_one(caps, int(mm), int(nn), int(kk), int(bb)))
-    arrays = [np.asarray(v, dtype=float) for v in values]
-    arrays += [np.asarray(getattr(caps, f), dtype=float) for f in varying]
-    stacked = np.stack(np.broadcast_arrays(*arrays))
-    unique, inverse = _unique_columns(stacked.reshape(len(arrays), -1))
-    device: dict[str, Any] = {f: getattr(caps, f) for f in _GEMM_CAPS}
-    device.update({f: unique[4 + i] for i, f in enumerate(varying)})
-    times = gemm(device, *unique[:4])["time_s"]
+    if varying:  # one device per row (design sweeps): rows rarely repeat, skip the sort
+        return np.asarray(gemm(caps, *values, detail=False)["time_s"], dtype=float)
+    stacked = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values)))
+    unique, inverse = _unique_columns(stacked.reshape(4, -1))
+    times = gemm(caps, *unique, detail=False)["time_s"]
     return np.asarray(times[inverse].reshape(stacked.shape[1:]), dtype=float)
 
 
@@ -330,7 +329,9 @@ def transformer_step(
         return f, dgrad, wgrad
 
     g = [fwd_bwd(qkv), fwd_bwd(proj), fwd_bwd(up, mlp_batch), fwd_bwd(down, mlp_batch)]
-    router_f = np.where(moe, _gemm_s(caps, T, experts, h, 1.0, varying), 0.0)
+    router_f = (
+        np.where(moe, _gemm_s(caps, T, experts, h, 1.0, varying), 0.0) if np.any(moe) else 0.0
+    )
     gemm_f = sum(t[0] for t in g) + router_f
     gemm_dgrad = sum(t[1] for t in g) + router_f
     gemm_wgrad = sum(t[2] for t in g) + router_f
@@ -354,8 +355,11 @@ def transformer_step(
                               launches=1 + x["dropout"])  # fmt: skip
     soft_b = _mem_s(caps, scores * (3 * p + x["dropout"] * (1 + 2 * p)), 4 * scores,
                               launches=1 + x["dropout"])  # fmt: skip
-    attn_unfused_f = _gemm_s(caps, s_loc, s, d_h, heads_loc, varying) + _gemm_s(
-        caps, s_loc, d_h, s, heads_loc, varying) + soft_f  # fmt: skip
+    if np.all(flash):  # no unfused rows: skip the score-matrix GEMMs
+        attn_unfused_f = soft_f
+    else:
+        attn_unfused_f = _gemm_s(caps, s_loc, s, d_h, heads_loc, varying) + _gemm_s(
+            caps, s_loc, d_h, s, heads_loc, varying) + soft_f  # fmt: skip
     attn_unfused_b = 2 * (attn_unfused_f - soft_f) + soft_b
     attn_f = np.where(flash, attn_flash_f, attn_unfused_f)
     attn_b = np.where(flash, attn_flash_b, attn_unfused_b)
