@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from deepflow.errors import ConfigError
 
-__all__ = ["Ctx", "build", "describe_value", "key", "suggest", "yaml_keys"]
+__all__ = ["Ctx", "build", "check_choice", "describe_value", "key", "suggest", "yaml_keys"]
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -176,13 +176,7 @@ def _convert(value: object, hint: Any, meta: Mapping[str, Any], ctx: Ctx) -> Any
     if hint is str:
         choices = meta.get("choices")
         if choices is not None:
-            if not isinstance(value, str) or value not in choices:
-                near = suggest(value, choices) if isinstance(value, str) else None
-                hint_text = f" (did you mean '{near}'?)" if near else ""
-                raise ctx.error(
-                    f"must be one of: {', '.join(choices)}; got {describe_value(value)}{hint_text}."
-                )
-            return value
+            return check_choice(value, choices, ctx)
         if not isinstance(value, str) or not value:
             raise ctx.invalid("a non-empty string", value)
         return value
@@ -203,6 +197,15 @@ def _convert(value: object, hint: Any, meta: Mapping[str, Any], ctx: Ctx) -> Any
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return build(hint, value, ctx)
     raise TypeError(f"schema: unsupported field type {hint!r} at {ctx.path}")  # pragma: no cover
+
+
+def check_choice(value: object, choices: Sequence[str], ctx: Ctx) -> str:
+    """``value`` if it is one of ``choices``; else ``must be one of: ...`` with the closest."""
+    if not isinstance(value, str) or value not in choices:
+        near = suggest(value, choices) if isinstance(value, str) else None
+        hint = f" (did you mean '{near}'?)" if near else ""
+        raise ctx.error(f"must be one of: {', '.join(choices)}; got {describe_value(value)}{hint}.")
+    return value
 
 
 def _unknown_key(ctx: Ctx, name: str, valid: Sequence[str]) -> ConfigError:

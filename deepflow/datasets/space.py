@@ -34,7 +34,7 @@ from deepflow.config import (
     read_yaml,
     scenario_from_mapping,
 )
-from deepflow.config._schema import Ctx, check_keys, describe_value, suggest
+from deepflow.config._schema import Ctx, check_choice, check_keys, describe_value, suggest
 from deepflow.config.loader import load_technology_ref, preset_path
 from deepflow.config.specs import (
     RECOMPUTE_MODES,
@@ -264,13 +264,7 @@ def _check_value(value: object, dom: _Domain, ctx: Ctx) -> Any:
             raise ctx.invalid("true or false", value)
         return value
     if dom.kind == "choice":
-        if not isinstance(value, str) or value not in dom.choices:
-            near = suggest(value, dom.choices) if isinstance(value, str) else None
-            hint = f" (did you mean '{near}'?)" if near else ""
-            raise ctx.error(
-                f"must be one of: {', '.join(dom.choices)}; got {describe_value(value)}{hint}."
-            )
-        return value
+        return check_choice(value, dom.choices, ctx)
     # preset / tech: a preset name or a .yaml path, resolved later.
     if not isinstance(value, str) or not value:
         raise ctx.invalid("a preset name or a .yaml path", value)
