@@ -92,41 +92,41 @@ def gemm(
     warp_m = _get(caps, "warp_tile_m")[..., None]
     warp_n = _get(caps, "warp_tile_n")[..., None]
     cluster = _get(caps, "cluster_size")[..., None]
+    # (Per-row factors are formed on the row axis first and meet the tile axis once, so each
+    # line below costs one or two operations on the (rows, tiles) grid.)
 
-    # Tile and wave quantisation: partial tiles cost full tiles; tiles run in waves.
-    tiles_m = np.ceil(m_ / _TM)
-    tiles_n = np.ceil(n_ / _TN)
-    tiles = b_ * tiles_m * tiles_n
+    # Tile and wave quantisation: partial tiles cost full tiles; tiles run in waves over the
+    # SMs; a wave of small tiles keeps ctas_per_sm of them on each SM.
+    tiles = b_ * np.ceil(m_ / _TM) * np.ceil(n_ / _TN)
     ctas_per_sm = np.clip(_FULL_SM_TILE / (_TM * _TN), 1.0, _MAX_CTAS_PER_SM)
     slots = sms * ctas_per_sm
     waves = np.ceil(tiles / slots)
-    per_sm_rate = peak / sms
-    compute_s = waves * ctas_per_sm * (2.0 * _TM * _TN * k_) / per_sm_rate
+    compute_s = waves * ((k_ * sms / peak) * (2.0 * ctas_per_sm * _TM * _TN))
 
     # Shared memory -> matrix units: each MMA issuer (warp / warpgroup) of tile warp_m × warp_n
     # reads its A fragment once per warp_n columns and B once per warp_m rows; compared with
     # the L1 bandwidth of all SMs together (SM parallelism counted once).
-    wm = np.minimum(_TM, warp_m)
-    wn = np.minimum(_TN, warp_n)
-    l1_bytes = tiles * _TM * _TN * k_ * p * (1.0 / wn + 1.0 / wm)
+    l1_per_tile = _TM * _TN * (1.0 / np.minimum(_TN, warp_n) + 1.0 / np.minimum(_TM, warp_m))
+    l1_s = tiles * ((k_ * p / l1_bw) * l1_per_tile)
     # L2 -> SMs: each CTA streams its A panel (T_M × k) and B panel (k × T_N), shared by the
     # CTAs of a cluster through multicast; C is written once.
-    l2_bytes = tiles * (_TM + _TN) * k_ * p / cluster + b_ * m_ * n_ * p
+    c_bytes = m_ * n_ * p
+    l2_s = tiles * ((k_ * p / (cluster * l2_bw)) * (_TM + _TN)) + c_bytes * b_ / l2_bw
     # HBM: compulsory A, B, C. When one operand fits in half of L2 it stays resident while the
     # other streams once; when neither does, operands are re-read once per block of output
     # that one wave keeps resident (a square-ish block of slots × tile area).
     a_bytes = m_ * k_ * p
     b_bytes = k_ * n_ * p
-    c_bytes = m_ * n_ * p
-    block_area = slots * _TM * _TN
-    m_blk = np.minimum(m_, np.sqrt(block_area))
-    n_blk = np.minimum(n_, block_area / m_blk)
-    reread = a_bytes * np.maximum(1.0, n_ / n_blk) + b_bytes * np.maximum(1.0, m_ / m_blk)
     fits = ((a_bytes + b_bytes) <= l2_cap) | (np.minimum(a_bytes, b_bytes) <= l2_cap / 2)
-    hbm_bytes = b_ * (np.where(fits, a_bytes + b_bytes, reread) + c_bytes)
-
-    l1_s = l1_bytes / l1_bw
-    l2_s = l2_bytes / l2_bw
+    compulsory = b_ * (a_bytes + b_bytes + c_bytes)
+    if np.all(fits):
+        hbm_bytes = np.broadcast_to(compulsory, np.broadcast_shapes(compulsory.shape, _TM.shape))
+    else:
+        block_area = slots * (_TM * _TN)
+        m_blk = np.minimum(m_, np.sqrt(block_area))
+        n_blk = np.minimum(n_, block_area / m_blk)
+        reread = a_bytes * np.maximum(1.0, n_ / n_blk) + b_bytes * np.maximum(1.0, m_ / m_blk)
+        hbm_bytes = np.where(fits, compulsory, b_ * (reread + c_bytes))
     hbm_s = hbm_bytes / hbm_bw + hbm_lat
     compute_b, l1_b, l2_b, hbm_b = np.broadcast_arrays(compute_s, l1_s, l2_s, hbm_s)
     kernel_s = np.maximum(np.maximum(compute_b, l1_b), np.maximum(l2_b, hbm_b))
@@ -147,8 +147,8 @@ def gemm(
         "l1_s": picked[1],
         "l2_s": picked[2],
         "hbm_s": picked[3],
-        "l1_bytes": pick(l1_bytes),
-        "l2_bytes": pick(l2_bytes),
+        "l1_bytes": pick(l1_s * l1_bw),
+        "l2_bytes": pick(l2_s * l2_bw),
         "hbm_bytes": pick(hbm_bytes),
         "tile_m": pick(np.broadcast_to(_TM, kernel_s.shape)),
         "tile_n": pick(np.broadcast_to(_TN, kernel_s.shape)),
