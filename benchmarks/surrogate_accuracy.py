@@ -1,0 +1,103 @@
+"""Surrogate accuracy on the default LLM space (issue: Surrogates; prints, asserts nothing).
+
+Samples N rows (default 20,000) of ``configs/spaces/llm-pathfinding.yaml``, holds out 20 %,
+and prints for the MLP ensemble (all training rows) and the exact GP (2,000 training rows):
+MAPE, R², Spearman and 95 % interval coverage per target, the fit time, and the batched MLP
+query rate. Targets: ≤ 2 % MAPE on step time and ≤ 1 % on area and power (MLP), ≤ 5 % (GP),
+coverage 0.90–0.99, MLP fit ≤ 2 min on 2 cores, ≥ 10⁶ queries/s.
+
+    .venv/bin/python benchmarks/surrogate_accuracy.py [--rows 20000] [--data FILE]
+        [--models mlp,gp,svgp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SPACE = REPO / "configs" / "spaces" / "llm-pathfinding.yaml"
+TARGETS = ["y_step_time_s", "y_area_mm2", "y_power_W", "y_energy_per_step_J"]
+
+
+def _print_report(title: str, report: dict) -> None:
+    print(f"\n{title}: {report['num_train']:,} train / {report['num_test']:,} test rows, "
+          f"fit {report['fit_seconds']:.1f} s, feasibility accuracy "
+          f"{report['feasibility_accuracy']:.3f}")  # fmt: skip
+    print(f"  {'target':<22}{'MAPE':>9}{'R²':>9}{'Spearman':>10}{'cov95':>8}")
+    for name, m in report["metrics"].items():
+        print(f"  {name:<22}{100 * m['mape']:>8.3f}%{m['r2']:>9.4f}{m['spearman']:>10.4f}"
+              f"{m['coverage95']:>8.3f}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--data", type=Path, help="use this dataset instead of sampling")
+    parser.add_argument("--gp-rows", type=int, default=2_000)
+    parser.add_argument("--models", default="mlp,gp", help="comma list of mlp, gp, svgp")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    from deepflow.datasets import load, sample
+    from deepflow.surrogate import fit_surrogate
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.data
+        if path is None:
+            path = Path(tmp) / "llm.parquet"
+            t0 = time.perf_counter()
+            sample(SPACE, num_samples=args.rows, out=path, seed=args.seed,
+                   workers=os.cpu_count() or 1)  # fmt: skip
+            print(f"sampled {args.rows:,} rows of {SPACE.name} in {time.perf_counter() - t0:.1f} s")
+        df = load(path)
+        print(f"dataset: {len(df):,} rows, {int(df['feasible'].sum()):,} feasible")
+
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        if "mlp" in models:
+            _bench_mlp(df, args.seed)
+        if "gp" in models:
+            _, report = fit_surrogate(df, "gp", targets=TARGETS, random_state=args.seed,
+                                      max_train_rows=args.gp_rows)  # fmt: skip
+            _print_report(f"Exact GP ({args.gp_rows:,} training rows)", report)
+        if "svgp" in models:
+            _, report = fit_surrogate(df, "svgp", targets=TARGETS, random_state=args.seed)
+            _print_report("SVGP (all training rows)", report)
+
+
+def _bench_mlp(df: Any, seed: int) -> None:
+    import numpy as np
+    import torch
+
+    from deepflow.surrogate import fit_surrogate
+
+    mlp, report = fit_surrogate(df, "mlp", targets=TARGETS, random_state=seed)
+    _print_report("MLP ensemble", report)
+    X = mlp.encoder.transform(df)
+    Xq = np.tile(X, (max(1, 1_000_000 // len(X)), 1))
+    for threads in sorted({1, os.cpu_count() or 1}):
+        torch.set_num_threads(threads)
+        mlp.model.predict(Xq[:1000], return_std=True)  # warm-up
+        t0 = time.perf_counter()
+        mlp.model.predict(Xq, return_std=True)
+        rate = len(Xq) / (time.perf_counter() - t0)
+        print(f"  batched MLP queries ({threads} thread(s), {len(Xq):,} points, with std, "
+              f"encoded inputs): {rate:,.0f} /s")  # fmt: skip
+    t0 = time.perf_counter()
+    mlp.predict(df)
+    rate = len(df) / (time.perf_counter() - t0)
+    print(f"  end-to-end DataFrame queries (encode + predict + classifier): {rate:,.0f} /s")
+    torch.set_num_threads(1)
+
+
+if __name__ == "__main__":
+    main()
