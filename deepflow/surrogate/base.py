@@ -165,6 +165,13 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def column_range(X: Array) -> tuple[Array, Array]:
+    """Per-column minimum and span (1 for constant columns), for unit-cube scaling."""
+    lo = X.min(axis=0)
+    span = X.max(axis=0) - lo
+    return lo, np.where(span > 0, span, 1.0)
+
+
 def standardise(Y: Array) -> tuple[Array, Array, Array]:
     """``(Y - mean) / std`` per column, with std 1 for constant columns."""
     mean = Y.mean(axis=0)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from deepflow.errors import ConfigError
-from deepflow.surrogate.base import Array, Surrogate
+from deepflow.surrogate.base import Array, Surrogate, column_range
 
 __all__ = ["ExactGP"]
 
@@ -72,9 +72,7 @@ class ExactGP(Surrogate):
                 "O(n²) memory); subsample (deepflow fit --max-rows 2000) or use svgp or mlp."
             )
         torch.set_num_threads(1)
-        self.x_lo_ = X.min(axis=0)
-        span = X.max(axis=0) - self.x_lo_
-        self.x_span_ = np.where(span > 0, span, 1.0)
+        self.x_lo_, self.x_span_ = column_range(X)
         self.train_X_ = torch.as_tensor(X, dtype=torch.float64)
         self.train_Y_ = torch.as_tensor(Y, dtype=torch.float64)
         with warnings.catch_warnings(), torch.random.fork_rng():

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from deepflow.errors import ConfigError
-from deepflow.surrogate.base import Array, Surrogate, standardise
+from deepflow.surrogate.base import Array, Surrogate, column_range, standardise
 
 __all__ = ["MLPEnsemble"]
 
@@ -105,9 +105,7 @@ class MLPEnsemble(Surrogate):
         num_cal = num_cal if n - num_cal >= 2 and num_cal >= 10 else 0
         order = rng.permutation(n)
         cal, train = order[:num_cal], order[num_cal:]
-        self.x_lo_ = X[train].min(axis=0)
-        span = X[train].max(axis=0) - self.x_lo_
-        self.x_span_ = np.where(span > 0, span, 1.0)
+        self.x_lo_, self.x_span_ = column_range(X[train])
         _, self.y_mean_, self.y_std_ = standardise(Y[train])
         xt = torch.as_tensor((X[train] - self.x_lo_) / self.x_span_, dtype=torch.float32)
         yt = torch.as_tensor((Y[train] - self.y_mean_) / self.y_std_, dtype=torch.float32)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from deepflow.errors import ConfigError
-from deepflow.surrogate.base import Array, Surrogate, standardise
+from deepflow.surrogate.base import Array, Surrogate, column_range, standardise
 
 __all__ = ["SVGP"]
 
@@ -93,9 +93,7 @@ class SVGP(Surrogate):
         torch.set_num_threads(1)
         self.__dict__.pop("_cache", None)
         rng = np.random.default_rng(self.random_state)
-        self.x_lo_ = X.min(axis=0)
-        span = X.max(axis=0) - self.x_lo_
-        self.x_span_ = np.where(span > 0, span, 1.0)
+        self.x_lo_, self.x_span_ = column_range(X)
         Z, self.y_mean_, self.y_std_ = standardise(Y)
         xt = torch.as_tensor((X - self.x_lo_) / self.x_span_, dtype=torch.float64)
         n = xt.shape[0]
