@@ -72,19 +72,22 @@ _BUSY = ("compute", "gemm", "attention", "elementwise", "recompute", "optimizer"
          "weight_update", "forward_compute", "backward_compute")  # fmt: skip
 
 
-def average_power_W(peak_power_W: float, idle_fraction: float,
-                    breakdown_s: dict[str, float], step_time_s: float) -> float:  # fmt: skip
+def average_power_W(peak_power_W: Any, idle_fraction: float,
+                    breakdown_s: Mapping[str, Any], step_time_s: Any) -> Any:  # fmt: skip
     """Average device power over a step by activity.
 
     P = P_idle + (P_peak − P_idle) × busy / step, with P_peak the TDP (spec mode) or the
     derived draw (design mode), P_idle = idle_power_fraction × P_peak (calibration data), and
     busy the compute and memory-bound parts of the breakdown; communication waits and pipeline
     bubbles count as idle (technology-facts §6.1: P = P_const + P_static + Σ P_dyn).
+    Scalars or equal-length arrays.
     """
     busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)
-    share = min(busy / step_time_s, 1.0) if step_time_s > 0 else 0.0
+    step = np.asarray(step_time_s, dtype=float)
+    share = np.where(step > 0, np.minimum(busy / np.where(step > 0, step, 1.0), 1.0), 0.0)
     idle = idle_fraction * peak_power_W
-    return idle + (peak_power_W - idle) * share
+    power = idle + (peak_power_W - idle) * share
+    return float(power) if np.ndim(power) == 0 else power
 
 
 def evaluate_one(scenario: Scenario) -> dict[str, Any]:
@@ -224,9 +227,7 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
     devices = scenario.system.num_devices
     capacity = np.broadcast_to(np.asarray(caps.hbm_capacity_B, dtype=float), (n,))
     memory = result["memory_per_device_B"]
-    busy = sum(v for k, v in result["breakdown_s"].items() if k in _BUSY)
-    idle = caps.idle_power_fraction * peak_power
-    power = idle + (peak_power - idle) * np.minimum(busy / step, 1.0)
+    power = average_power_W(peak_power, caps.idle_power_fraction, result["breakdown_s"], step)
     peak = np.broadcast_to(np.asarray(caps.peak_flops, dtype=float), (n,))
     feasible = memory <= capacity
     out_cols: dict[str, F] = {
