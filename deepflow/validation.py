@@ -109,6 +109,10 @@ _FRAMEWORK = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
                              "dropout": True},
+    # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
+    # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
+    # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
+    # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
                              "dropout": True},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.

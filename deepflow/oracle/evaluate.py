@@ -39,6 +39,8 @@ from deepflow.oracle.workloads.transformer import (
     MODEL_COLUMNS,
     transformer_columns,
     transformer_step,
+    transformer_step_one,
+    transformer_values,
 )
 
 __all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
@@ -113,13 +115,8 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
     elif isinstance(model, LstmSpec):
         result = lstm_step(caps, net, model, mapping, workload.global_batch_size)
     elif isinstance(model, TransformerSpec):
-        columns = transformer_columns(model, mapping, workload.global_batch_size)
-        batch = transformer_step(caps, net, columns)
-        result = {
-            k: (float(np.asarray(val)[0]) if not isinstance(val, dict)
-                else {n: float(np.asarray(t)[0]) for n, t in val.items()})
-            for k, val in batch.items()
-        }  # fmt: skip
+        values = transformer_values(model, mapping, workload.global_batch_size)
+        result = transformer_step_one(caps, net, values)
     else:  # pragma: no cover - the loader admits no other kind
         raise DeepflowError(f"evaluate does not model {model.kind} workloads.")
     summary = device_summary(system.device)
