@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit slow bench clean
+.PHONY: run test lint typecheck unit slow bench clean chromium
 
 # torch==2.13.0 (CPU wheel on this machine's disk) goes in first, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml constraints.txt
@@ -25,7 +25,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# Headless Chromium for the report's browser test (tests/report/test_browser.py), from Debian;
+# installed only when missing. DEEPFLOW_SKIP_BROWSER=1 skips it (and the test) without apt.
+chromium:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$DEEPFLOW_SKIP_BROWSER" != 1 ]; then \
+		echo "installing chromium (Debian) for the report's browser test"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+			>/dev/null; \
+	fi
+
+unit: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -m "not slow"
 
 slow: $(STAMP)

@@ -414,6 +414,179 @@ def _print_query(data: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def _study_progress() -> tuple[Any, Callable[[str, int, int], None]]:
+    """A rich progress bar (stderr) with one task per stage: sample, search."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=Console(stderr=True))  # fmt: skip
+    tasks: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if not tasks:
+            bar.start()
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(stage, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+
+    return bar, progress
+
+
+def _search_options(study_path: Path, strategy: str | None, budget: int | None,
+                    seed: int | None) -> Any:  # fmt: skip
+    from deepflow.search.study import load_study
+
+    study = load_study(study_path)
+    return study.replace(strategy=strategy, budget=budget, seed=seed)
+
+
+def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    objectives = summary["objectives"]
+    table = Table(title=f"Pareto designs of '{summary['study']}' (oracle values)")
+    extra = ["x_technology", "x_die_area_mm2", "x_tdp_W", "x_tensor_parallel",
+             "x_pipeline_parallel", "x_data_parallel"]  # fmt: skip
+    shown = [c for c in extra if any(c in d["x"] for d in designs)]
+    for c in ["trial", *shown, *[o["name"] for o in objectives], "memory_GiB", "energy_J",
+              "device_cost_usd"]:  # fmt: skip
+        table.add_column(c.removeprefix("x_"), justify="right")
+    for d in designs:
+        out = d["outputs"]
+
+        def fmt(v: Any) -> str:
+            if isinstance(v, float):
+                return f"{v:.4g}"
+            return str(v)
+
+        table.add_row(
+            str(d["trial"]), *[fmt(d["x"].get(c)) for c in shown],
+            *[fmt(d["objectives"][o["name"]]) for o in objectives],
+            fmt(out.get("memory_per_device_B", float("nan")) / 2**30),
+            fmt(out.get("energy_per_step_J")), fmt(out.get("device_cost_usd", "")),
+        )  # fmt: skip
+    console = Console()
+    console.print(table)
+    hv = summary["hypervolume"]
+    typer.echo(
+        f"{summary['num_evaluations']} oracle evaluations ({summary['num_feasible']} feasible), "
+        f"{summary['num_pareto']} Pareto designs, hypervolume {hv:.4f}; results in {out_dir}"
+    )
+    surrogate = summary.get("surrogate")
+    if surrogate and surrogate.get("pareto_error"):
+        errs = ", ".join(f"{k} {v:.1%}" for k, v in surrogate["pareto_error"].items())
+        typer.echo(f"surrogate vs oracle on the front (mean |error|): {errs}")
+
+
+@app.command()
+def search(
+    study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
+    strategy: Annotated[
+        str | None,
+        typer.Option("--strategy", help="botorch, nsga2, tpe, gp, random or surrogate."),
+    ] = None,
+    budget: Annotated[int | None, typer.Option("--budget", help="Oracle evaluations.")] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Random seed (>= 0).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
+
+    Writes trials.parquet, pareto.json/.yaml, summary.json and study.yaml (docs/results.md)
+    to the result folder. Running it again on the same folder (or --storage) resumes.
+    """
+
+    def body() -> None:
+        from deepflow.search.runner import search_study
+
+        study = _search_options(study_path, strategy, budget, seed)
+        out_dir = out or Path("results") / study.name
+        bar, progress = _study_progress()
+        try:
+            outcome = search_study(study, out_dir, storage=storage, progress=progress)
+        finally:
+            bar.stop()
+        if as_json:
+            typer.echo(json.dumps(outcome.summary, indent=2, default=str))
+        else:
+            _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+
+    _guard(body)
+
+
+@app.command()
+def run(
+    study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+    ] = None,
+) -> None:
+    """The whole pipeline: sample -> fit -> search -> verify -> report.
+
+    Prints the Pareto designs and the path of the HTML report (OUT/report.html).
+    """
+
+    def body() -> None:
+        from deepflow.search.runner import run_study
+        from deepflow.search.study import load_study
+
+        study = load_study(study_path)
+        out_dir = out or Path("results") / study.name
+        bar, progress = _study_progress()
+        try:
+            outcome = run_study(study, out_dir, storage=storage, progress=progress)
+        finally:
+            bar.stop()
+        _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+        timings = outcome.summary["timings_s"]
+        names = ("sample", "search", "verify", "report")
+        stages = ", ".join(f"{k} {timings[k]:.1f} s" for k in names if k in timings)
+        typer.echo(f"stages: {stages}")
+        typer.echo(f"report: {outcome.report}")
+
+    _guard(body)
+
+
+@app.command()
+def report(
+    result_dir: Annotated[Path, typer.Argument(help="Result folder (deepflow search / run).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="HTML file (default: RESULT_DIR/report.html).")
+    ] = None,
+) -> None:
+    """Plots and a self-contained HTML report: Pareto fronts, hypervolume, breakdowns.
+
+    Also writes PNG figures into RESULT_DIR/figures/. The page embeds plotly.js, so it opens
+    without a network. Nothing is written when a file of RESULT_DIR is missing or malformed.
+    """
+
+    def body() -> None:
+        from deepflow.report import write_report
+
+        path = write_report(result_dir, out)
+        typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
+
+    _guard(body)
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="deepflow")

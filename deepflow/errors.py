@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeepflowError", "InfeasibleError"]
+__all__ = ["ConfigError", "DeepflowError", "InfeasibleError", "ReportError"]
 
 
 class DeepflowError(Exception):
@@ -19,3 +19,12 @@ class ConfigError(DeepflowError, ValueError):
 
 class InfeasibleError(DeepflowError):
     """A single evaluation that cannot run (e.g. it does not fit in memory)."""
+
+
+class ReportError(ConfigError):
+    """A result directory the report cannot read: a missing or malformed file.
+
+    Bad input like any ``ConfigError`` (the CLI exits with 2); the message names the file and
+    what is wrong, e.g. ``results/pareto.json: objectives[0].direction must be one of minimize,
+    maximize; got 'min'.``
+    """

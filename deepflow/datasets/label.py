@@ -44,7 +44,17 @@ from deepflow.datasets.space import (
 from deepflow.oracle.evaluate import evaluate_one, evaluate_table
 from deepflow.oracle.hardware import DESIGN_COLUMNS, derive, design_table
 
-__all__ = ["CONSTRAINTS", "arrow_schema", "decode", "label_rows", "output_names", "unique_rows"]
+__all__ = [
+    "CONSTRAINTS",
+    "arrow_schema",
+    "decode",
+    "decode_x",
+    "label_points",
+    "label_rows",
+    "output_names",
+    "point_scenarios",
+    "unique_rows",
+]
 
 F = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -160,6 +170,13 @@ def x_columns(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> dict[
     if space.derives_data_parallel and mapping is not None:
         out["x_data_parallel"] = mapping[:, STRUCTURAL.index("data_parallel")]
     return out
+
+
+def decode_x(space: DesignSpace, u: F) -> dict[str, NDArray[Any]]:
+    """Unit-cube rows ``u`` (n, ``space.num_dims``) -> the dataset's ``x_`` columns, in order
+    (what :func:`label_rows` writes for them: choices as values, simplex parts, mapping)."""
+    u = np.asarray(u, dtype=float).reshape(-1, space.num_dims)
+    return x_columns(space, decode(space, u), u.shape[0])
 
 
 def _sequence_parallel(space: DesignSpace, dec: dict[str, NDArray[Any]], mapping: I64,
@@ -458,13 +475,26 @@ def label_rows(space: DesignSpace, *, seed: int, start: int, stop: int, num_samp
     levels, endpoints = space.grid_levels() if space.sampler == "grid" else ([], [])
     u = unit_cube(space.sampler, seed=seed, start=start, stop=stop, num_samples=num_samples,
                   dims=space.num_dims, levels=levels, endpoints=endpoints)  # fmt: skip
-    n = stop - start
+    return label_points(space, u, seed=seed, sample_index=np.arange(start, stop, dtype=np.int64),
+                        oracle_version=oracle_version)  # fmt: skip
+
+
+def label_points(space: DesignSpace, u: F, *, oracle_version: str, seed: int = -1,
+                 sample_index: I64 | None = None) -> pa.Table:  # fmt: skip
+    """Label given points of the space's unit cube (rows of ``u``, shape (n, num_dims)).
+
+    The columns are the dataset's (:func:`arrow_schema`); ``sample_index`` defaults to
+    0..n-1 and ``seed`` to -1 (points not drawn by a sampler, e.g. proposed by a search).
+    """
+    u = np.asarray(u, dtype=float).reshape(-1, space.num_dims)
+    n = u.shape[0]
     dec = decode(space, u)
     xs = x_columns(space, dec, n)
     result = _evaluate(space, dec, n)
     y_names, c_names = output_names(space)
     schema = arrow_schema(space)
-    arrays: dict[str, Any] = {"sample_index": np.arange(start, stop, dtype=np.int64)}
+    index = np.arange(n, dtype=np.int64) if sample_index is None else sample_index
+    arrays: dict[str, Any] = {"sample_index": index}
     arrays.update(xs)
     for k in y_names:
         arrays[f"y_{k}"] = result.get(k, np.full(n, np.nan))
@@ -477,6 +507,49 @@ def label_rows(space: DesignSpace, *, seed: int, start: int, stop: int, num_samp
     columns = [pa.array(_plain(arrays[f.name]), type=f.type) if not isinstance(
         arrays[f.name], pa.Array) else arrays[f.name] for f in schema]  # fmt: skip
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
+    """Each row of ``u`` as the full scenario the oracle evaluates for it.
+
+    ``evaluate_one(point_scenarios(space, u)[i])`` gives row i of :func:`label_points`
+    (the batch equals the loop; tested), and ``deepflow evaluate`` reproduces it from the
+    scenario written as YAML.
+    """
+    u = np.asarray(u, dtype=float).reshape(-1, space.num_dims)
+    n = u.shape[0]
+    dec = decode(space, u)
+    keys = _group_keys(space, dec, n)
+    out: list[Scenario | None] = [None] * n
+    unique, inverse = unique_rows(keys)
+    for g, key in enumerate(unique):
+        rows = np.flatnonzero(inverse == g)
+        scenario = space.group(tuple(None if k < 0 else int(k) for k in key)).scenario
+        device = scenario.system.device
+        vals = (_design_values(space, dec, rows, n, device)
+                if space.has_design_variables and isinstance(device, DesignDeviceSpec)
+                else None)  # fmt: skip
+        cols = _transformer_inputs(space, dec, rows, n) if _MAPPING in dec else {}
+        batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)
+        recompute = {v: k for k, v in _RECOMPUTE.items()}
+        for i, row in enumerate(rows):
+            system = scenario.system
+            if vals is not None:
+                assert isinstance(device, DesignDeviceSpec)
+                system = dataclasses.replace(system, device=_row_device(space, device, vals, i))
+            workload = dataclasses.replace(scenario.workload, global_batch_size=int(batch[row]))
+            mapping = scenario.mapping
+            if cols:
+                changes: dict[str, Any] = {d: int(cols[d][i]) for d in STRUCTURAL}
+                for flag in (*_FLAGS, "zero_stage"):
+                    if flag in cols:
+                        changes[flag] = type(getattr(mapping, flag))(cols[flag][i])
+                if "recompute" in cols:
+                    changes["activation_recompute"] = recompute[float(cols["recompute"][i])]
+                mapping = dataclasses.replace(mapping, **changes)
+            out[row] = dataclasses.replace(scenario, system=system, workload=workload,
+                                           mapping=mapping)  # fmt: skip
+    return [s for s in out if s is not None]
 
 
 def _plain(a: Any) -> Any:

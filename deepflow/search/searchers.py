@@ -1,0 +1,246 @@
+"""Ask/tell searchers. Each proposes designs in the native coordinates of a SearchSpace.
+
+- ``random``: uniform over the unit cube (the space's own distribution: valid mappings only),
+  seeded per batch so that a resumed run proposes what an uninterrupted one would.
+- ``nsga2``, ``tpe``, ``gp``: Optuna's samplers; they read the history from the Optuna study
+  (the engine keeps every evaluation there), so ``ask`` creates the trials itself.
+- ``botorch``: qLogNoisyExpectedHypervolumeImprovement on a GP of the normalised objectives
+  and scaled constraints (float64, ``Normalize`` inputs, a categorical kernel for
+  categorical dims), optimised with ``optimize_acqf_mixed_alternating`` over the integer and
+  categorical dims (toolchain.md §3.1: rounding a continuous optimum stalls).
+- ``surrogate``: see :mod:`deepflow.search.assisted`.
+
+A proposal searcher's :meth:`ask` returns an (n, d) array of native points; Optuna
+searchers return Optuna trials. :meth:`tell` is a no-op for all of them: the engine's
+history is the single source of truth (and survives a restart).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.search.space import SearchSpace
+
+__all__ = [
+    "BotorchSearcher",
+    "History",
+    "OptunaSearcher",
+    "RandomSearcher",
+    "make_sampler",
+    "scaled_constraints",
+]
+
+F = NDArray[np.float64]
+
+
+@dataclass
+class History:
+    """Every evaluation so far, in evaluation order (the engine appends to it).
+
+    Attributes:
+        z: (n, d) native coordinates.
+        normalised: (n, k) normalised objectives (larger is better, reference at 0).
+        constraints: (n, m) constraints in their units (<= 0 feasible).
+        constraint_names: the m names (``c_`` column names without the prefix, user bounds).
+        feasible: (n,) bool.
+    """
+
+    z: F
+    normalised: F
+    constraints: F
+    constraint_names: list[str]
+    feasible: NDArray[np.bool_]
+    info: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def num(self) -> int:
+        return int(self.z.shape[0])
+
+
+def _batch_rng(seed: int, start: int) -> np.random.Generator:
+    """A generator that depends only on the seed and the batch's first evaluation index."""
+    return np.random.default_rng(np.random.SeedSequence([seed, start, 0x5EA2C4]))
+
+
+class RandomSearcher:
+    """Uniform random designs (the baseline)."""
+
+    uses_sampler = False
+
+    def __init__(self, search_space: SearchSpace, *, seed: int = 0) -> None:
+        self.search_space = search_space
+        self.seed = seed
+
+    def ask(self, n: int, history: History) -> F:
+        u = _batch_rng(self.seed, history.num).random((n, self.search_space.num_dims))
+        return self.search_space.from_unit(u)
+
+
+def make_sampler(strategy: str, *, seed: int, batch_size: int, initial_points: int) -> Any:
+    """The Optuna sampler of a strategy (proposal strategies get a seeded RandomSampler,
+    which only runs if a trial was not enqueued)."""
+    import optuna
+
+    if strategy == "nsga2":
+        # A population of one batch: the default 50 is a single random generation on small
+        # budgets (toolchain.md §3.2).
+        return optuna.samplers.NSGAIISampler(population_size=max(batch_size, 2), seed=seed)
+    if strategy == "tpe":
+        return optuna.samplers.TPESampler(n_startup_trials=max(initial_points, 1), seed=seed)
+    if strategy == "gp":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(
+                seed=seed, n_startup_trials=max(initial_points, 1), deterministic_objective=True
+            )
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+class OptunaSearcher:
+    """Optuna's NSGA-II, TPE or GP sampler: trials are asked from the study directly."""
+
+    uses_sampler = True
+
+    def __init__(self, search_space: SearchSpace, strategy: str) -> None:
+        self.search_space = search_space
+        self.strategy = strategy
+
+    def ask_trials(self, n: int, study: Any) -> list[Any]:
+        distributions = self.search_space.distributions()
+        # GPSampler proposes one point at a time and ignores pending trials: batch of one.
+        count = 1 if self.strategy == "gp" else n
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "greenlet unavailable" (GPSampler)
+            return [study.ask(distributions) for _ in range(count)]
+
+
+def scaled_constraints(constraints: F, names: list[str]) -> F:
+    """Constraints for a model: divided by their typical size, then a signed log, so a
+    GP sees violations of bytes and watts alike and the sign (feasibility) is kept."""
+    from deepflow.search.objectives import constraint_scale
+
+    c = np.asarray(constraints, dtype=float)
+    scale = np.array([constraint_scale(n) for n in names]) if names else np.ones(0)
+    x = np.where(np.isfinite(c), c, 1e6) / scale
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+class BotorchSearcher:
+    """qLogNEHVI with outcome constraints on a (mixed) GP, mixed-integer optimisation.
+
+    Args:
+        search_space: the typed dimensions.
+        seed: seeds torch for each batch (with the batch's first evaluation index).
+        num_restarts, raw_samples, mc_samples: acquisition optimisation effort.
+    """
+
+    uses_sampler = False
+
+    def __init__(
+        self,
+        search_space: SearchSpace,
+        *,
+        seed: int = 0,
+        num_restarts: int = 4,
+        raw_samples: int = 256,
+        mc_samples: int = 64,
+    ) -> None:
+        self.search_space = search_space
+        self.seed = seed
+        self.num_restarts = num_restarts
+        self.raw_samples = raw_samples
+        self.mc_samples = mc_samples
+
+    def ask(self, n: int, history: History) -> F:
+        import torch
+
+        torch.set_num_threads(1)  # toolchain.md §5.1: oversubscription on 2 cores
+        if history.num < 2:
+            return RandomSearcher(self.search_space, seed=self.seed).ask(n, history)
+        torch.manual_seed(
+            int(np.random.SeedSequence([self.seed, history.num]).generate_state(1)[0])
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # jitter / optimisation-restart warnings
+            return self._ask(n, history)
+
+    def _ask(self, n: int, history: History) -> F:
+        import torch
+        from botorch.acquisition.multi_objective.logei import (
+            qLogNoisyExpectedHypervolumeImprovement,
+        )
+        from botorch.acquisition.multi_objective.objective import (
+            IdentityMCMultiOutputObjective,
+        )
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import MixedSingleTaskGP, SingleTaskGP
+        from botorch.models.transforms.input import Normalize
+        from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+        from botorch.sampling.normal import SobolQMCNormalSampler
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        ss = self.search_space
+        dtype = torch.float64
+        bounds = torch.as_tensor(ss.bounds(), dtype=dtype)
+        X = torch.as_tensor(history.z, dtype=dtype)
+        # Objectives: normalised (larger is better, reference at 0); far-below-reference
+        # values clipped so that one terrible design does not flatten the GP.
+        Y = np.clip(history.normalised, -1.0, 2.0)
+        k = Y.shape[1]
+        C = scaled_constraints(history.constraints, history.constraint_names)
+        # Constraints never violated in the data carry no information for the model.
+        active = [j for j in range(C.shape[1]) if (C[:, j] > 0).any() and np.ptp(C[:, j]) > 0]
+        outcomes = np.hstack([Y, C[:, active]]) if active else Y
+        train_Y = torch.as_tensor(outcomes, dtype=dtype)
+        cat = sorted(ss.cat_dims())
+        transform = Normalize(d=ss.num_dims, bounds=bounds)
+        if cat:
+            model: Any = MixedSingleTaskGP(X, train_Y, cat_dims=cat, input_transform=transform)
+        else:
+            model = SingleTaskGP(X, train_Y, input_transform=transform)
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        constraints: list[Any] = [(lambda Z, i=k + j: Z[..., i]) for j in range(len(active))]
+        acqf = qLogNoisyExpectedHypervolumeImprovement(
+            model=model,
+            ref_point=torch.zeros(k, dtype=dtype),
+            X_baseline=X,
+            sampler=SobolQMCNormalSampler(torch.Size([self.mc_samples])),
+            objective=IdentityMCMultiOutputObjective(outcomes=list(range(k))),
+            constraints=constraints or None,
+            prune_baseline=True,
+        )
+        candidates, _ = optimize_acqf_mixed_alternating(
+            acqf,
+            bounds=bounds,
+            discrete_dims=ss.discrete_dims() or None,
+            cat_dims=ss.cat_dims() or None,
+            q=n,
+            num_restarts=self.num_restarts,
+            raw_samples=self.raw_samples,
+        )
+        z = candidates.detach().numpy().astype(float)
+        return np.where(np.isfinite(z), z, 0.5)
+
+
+def mutate(
+    z: F, search_space: SearchSpace, rng: np.random.Generator, *, count: int, sigma: float = 0.05
+) -> F:
+    """``count`` neighbours of the rows of ``z``: Gaussian steps on continuous dims, a
+    random other level on each discrete dim with probability 1/d."""
+    if len(z) == 0 or count == 0:
+        return np.empty((0, search_space.num_dims))
+    parents = z[rng.integers(0, len(z), size=count)].copy()
+    d = search_space.num_dims
+    for j, dim in enumerate(search_space.dims):
+        if dim.kind == "continuous":
+            parents[:, j] = np.clip(parents[:, j] + sigma * rng.standard_normal(count), 0, 1)
+        else:
+            flip = rng.random(count) < max(1.0 / d, 1.0 / math.sqrt(count))
+            parents[flip, j] = rng.integers(0, dim.num_levels, size=int(flip.sum()))
+    return parents

@@ -1,0 +1,210 @@
+"""A design space as searchers see it: one dimension per unit-cube coordinate, typed.
+
+The design space (:mod:`deepflow.datasets.space`) maps its unit cube [0, 1]^d to designs. A
+searcher works in the **native** coordinates ``z`` of the same d dimensions:
+
+- ``continuous`` (continuous variables, simplex coordinates, a mapping index whose number of
+  valid mappings varies across designs): ``z = u`` in [0, 1];
+- ``integer`` (integer variables, the mapping index over a fixed table of valid mappings):
+  ``z`` = level index 0..L-1, ordered;
+- ``categorical`` (categorical variables): ``z`` = choice index 0..L-1, unordered.
+
+Level i of a discrete dimension is the unit-cube value at the middle of the interval that
+decodes to it, so ``decode(to_unit(z))`` gives exactly level i. Optuna sees the same
+dimensions as parameters (floats in [0, 1], integers by their values, categoricals by their
+labels); BoTorch sees ``z`` with ``discrete_dims`` and ``cat_dims``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.datasets.space import DesignSpace
+
+__all__ = ["Dim", "SearchSpace"]
+
+F = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One searched dimension.
+
+    Attributes:
+        name: the Optuna parameter name (the variable's name; ``split[j]`` for simplex
+            coordinates; ``mapping`` for the index over valid mappings).
+        kind: ``continuous``, ``integer`` or ``categorical``.
+        levels_u: discrete dims: the unit-cube value of each level.
+        labels: discrete dims: the value shown to Optuna for each level (the integer, or the
+            choice as a string/bool/number).
+    """
+
+    name: str
+    kind: str
+    levels_u: tuple[float, ...] = ()
+    labels: tuple[Any, ...] = ()
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.levels_u)
+
+
+def _integer_levels(low: int, high: int, log: bool) -> tuple[float, ...]:
+    """Middle of the unit-cube interval that decode_integer maps to each of low..high."""
+    if not log:
+        count = high - low + 1
+        return tuple((i + 0.5) / count for i in range(count))
+    span = math.log(high + 1.0) - math.log(low)
+    return tuple(
+        (0.5 * (math.log(v) + math.log(v + 1.0)) - math.log(low)) / span
+        for v in range(low, high + 1)
+    )
+
+
+def _label(choice: Any) -> Any:
+    """A categorical choice as Optuna stores it (None, bool, int, float or str)."""
+    if choice is None or isinstance(choice, bool | int | float | str):
+        return choice
+    return str(getattr(choice, "name", choice))
+
+
+class SearchSpace:
+    """The typed dimensions of a :class:`DesignSpace`'s unit cube.
+
+    Args:
+        space: the design space.
+    """
+
+    def __init__(self, space: DesignSpace) -> None:
+        self.space = space
+        dims: list[Dim] = []
+        for v in space.variables:
+            d = v.num_dims
+            if d == 0:
+                continue
+            if v.type == "continuous":
+                dims.append(Dim(v.name, "continuous"))
+            elif v.type == "simplex":
+                dims.extend(Dim(f"{v.name}[{j}]", "continuous") for j in range(d))
+            elif v.type == "integer":
+                low, high = int(v.low), int(v.high)
+                levels = _integer_levels(low, high, v.scale == "log")
+                dims.append(Dim(v.name, "integer", levels, tuple(range(low, high + 1))))
+            else:
+                count = len(v.choices)
+                levels = tuple((i + 0.5) / count for i in range(count))
+                dims.append(Dim(v.name, "categorical", levels, tuple(_label(c) for c in v.choices)))
+        if space.base_is_transformer and space.has_mapping_dim:
+            sizes = {len(t) for t in space.mapping_tables.values()}
+            if len(sizes) == 1:
+                count = sizes.pop()
+                levels = tuple((i + 0.5) / count for i in range(count))
+                dims.append(Dim("mapping", "integer", levels, tuple(range(count))))
+            else:
+                dims.append(Dim("mapping", "continuous"))
+        if len(dims) != space.num_dims:  # pragma: no cover - a bug, not user input
+            raise RuntimeError(f"search space has {len(dims)} dims, the cube {space.num_dims}")
+        self.dims: tuple[Dim, ...] = tuple(dims)
+
+    @classmethod
+    def from_dims(cls, dims: Sequence[Dim]) -> SearchSpace:
+        """A search space of given dimensions (no design space: toy problems, tests)."""
+        obj = cls.__new__(cls)
+        obj.space = None  # type: ignore[assignment]
+        obj.dims = tuple(dims)
+        return obj
+
+    @property
+    def num_dims(self) -> int:
+        return len(self.dims)
+
+    # ------------------------------------------------------------------ z <-> u
+    def to_unit(self, z: F) -> F:
+        """(n, d) native coordinates -> unit cube (discrete levels snapped)."""
+        z = np.atleast_2d(np.asarray(z, dtype=float))
+        u = np.empty_like(z)
+        for j, dim in enumerate(self.dims):
+            if dim.kind == "continuous":
+                u[:, j] = np.clip(z[:, j], 0.0, 1.0)
+            else:
+                idx = np.clip(np.rint(z[:, j]), 0, dim.num_levels - 1).astype(np.int64)
+                u[:, j] = np.asarray(dim.levels_u)[idx]
+        return u
+
+    def from_unit(self, u: F) -> F:
+        """(n, d) unit cube -> native coordinates (discrete dims: the level decoded)."""
+        u = np.atleast_2d(np.asarray(u, dtype=float))
+        z = np.empty_like(u)
+        for j, dim in enumerate(self.dims):
+            if dim.kind == "continuous":
+                z[:, j] = u[:, j]
+            else:
+                edges = np.asarray(dim.levels_u)
+                # the level whose middle is closest (levels tile [0, 1] in order)
+                z[:, j] = np.abs(u[:, j][:, None] - edges[None, :]).argmin(axis=1)
+        return z
+
+    # ------------------------------------------------------------------ BoTorch
+    def bounds(self) -> F:
+        """(2, d) bounds of the native coordinates."""
+        hi = [1.0 if d.kind == "continuous" else float(d.num_levels - 1) for d in self.dims]
+        return np.array([[0.0] * self.num_dims, hi])
+
+    def discrete_dims(self) -> dict[int, list[float]]:
+        """Ordered integer dims -> their allowed values (BoTorch ``discrete_dims``)."""
+        return {
+            j: [float(i) for i in range(d.num_levels)]
+            for j, d in enumerate(self.dims)
+            if d.kind == "integer"
+        }
+
+    def cat_dims(self) -> dict[int, list[float]]:
+        """Categorical dims -> their allowed values (BoTorch ``cat_dims``)."""
+        return {
+            j: [float(i) for i in range(d.num_levels)]
+            for j, d in enumerate(self.dims)
+            if d.kind == "categorical"
+        }
+
+    # ------------------------------------------------------------------ Optuna
+    def distributions(self) -> dict[str, Any]:
+        """Optuna distributions, one per dimension."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        out: dict[str, Any] = {}
+        for d in self.dims:
+            if d.kind == "continuous":
+                out[d.name] = FloatDistribution(0.0, 1.0)
+            elif d.kind == "integer":
+                out[d.name] = IntDistribution(int(d.labels[0]), int(d.labels[-1]))
+            else:
+                out[d.name] = CategoricalDistribution(list(d.labels))
+        return out
+
+    def to_params(self, z_row: Sequence[float]) -> dict[str, Any]:
+        """One native point -> Optuna parameters."""
+        out: dict[str, Any] = {}
+        for d, value in zip(self.dims, z_row, strict=True):
+            if d.kind == "continuous":
+                out[d.name] = float(min(max(value, 0.0), 1.0))
+            else:
+                out[d.name] = d.labels[int(np.clip(round(float(value)), 0, d.num_levels - 1))]
+        return out
+
+    def from_params(self, params: Mapping[str, Any]) -> F:
+        """Optuna parameters -> one native point (d,)."""
+        z = np.empty(self.num_dims)
+        for j, d in enumerate(self.dims):
+            value = params[d.name]
+            z[j] = float(value) if d.kind == "continuous" else float(d.labels.index(value))
+        return z

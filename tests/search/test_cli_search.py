@@ -1,0 +1,103 @@
+"""`deepflow search` on the real oracle: result files, verification, resume, errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from deepflow.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+SPACE = str(REPO / "configs" / "spaces" / "llm-pathfinding.yaml")
+
+
+@pytest.fixture
+def study(write_yaml: Callable[..., Path]) -> Path:
+    return write_yaml({
+        "name": "small",
+        "space": SPACE,
+        "objectives": [{"name": "step_time_s", "scale": "log"}, "area_mm2", "power_W"],
+        "constraints": [{"name": "energy_per_step_J", "max": 5.0e7}],
+        "search": {"strategy": "random", "budget": 12, "batch_size": 4, "initial_points": 4},
+    }, "small.yaml")  # fmt: skip
+
+
+def test_search_writes_verified_results_and_resumes(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    runner = CliRunner()
+    result = runner.invoke(app, ["search", str(study), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    assert summary["num_evaluations"] == 12
+    assert summary["verification_max_relative_difference"] < 1e-9
+    assert {p.name for p in out.iterdir()} >= {
+        "trials.parquet",
+        "pareto.json",
+        "pareto.yaml",
+        "summary.json",
+        "study.yaml",
+        "optuna.db",
+    }
+    trials = pd.read_parquet(out / "trials.parquet")
+    assert trials["evaluation"].tolist() == list(range(12))
+    assert {
+        "x_technology",
+        "y_step_time_s",
+        "c_memory_excess_B",
+        "feasible",
+        "pareto",
+        "source",
+        "strategy",
+        "round",
+        "trial",
+    } <= set(trials.columns)
+    pareto = json.loads((out / "pareto.json").read_text())
+    assert [o["name"] for o in pareto["objectives"]] == ["step_time_s", "area_mm2", "power_W"]
+    assert len(pareto["designs"]) == int(trials["pareto"].sum()) >= 1
+    for d in pareto["designs"]:
+        assert d["feasible"]
+        assert sum(d["breakdown_s"].values()) == pytest.approx(d["objectives"]["step_time_s"])
+        assert d["outputs"]["energy_per_step_J"] <= 5.0e7
+        assert set(d["config"]) >= {"system", "workload", "mapping"}
+        assert set(d["area_breakdown_mm2"]) >= {"core", "l2"}
+        assert set(d["power_breakdown_W"]) >= {"core", "dram"}
+        row = trials[trials["trial"] == d["trial"]].iloc[0]
+        assert row["y_step_time_s"] == pytest.approx(d["objectives"]["step_time_s"], rel=1e-12)
+    # Running it again resumes: nothing new to evaluate, same front.
+    again = runner.invoke(app, ["search", str(study), "--out", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout[again.stdout.index("{") :])["num_evaluations"] == 12
+    more = runner.invoke(app, ["search", str(study), "--out", str(out), "--budget", "16"])
+    assert more.exit_code == 0, more.output
+    assert len(pd.read_parquet(out / "trials.parquet")) == 16
+    assert "Pareto designs of 'small'" in more.stdout
+
+
+def test_search_bad_input_exits_2_and_writes_nothing(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    result = CliRunner().invoke(app, ["search", str(study), "--out", str(out),
+                                      "--strategy", "nsga3"])  # fmt: skip
+    assert result.exit_code == 2
+    assert (
+        "search.strategy must be one of: botorch, nsga2, tpe, gp, random, surrogate; got "
+        "'nsga3' (did you mean 'nsga2'?)." in result.output
+    )
+    assert not out.exists()
+    missing = CliRunner().invoke(app, ["search", str(tmp_path / "nope.yaml"), "--out", str(out)])
+    assert missing.exit_code == 2
+    assert "nope.yaml: no such file." in missing.output
+    assert not out.exists()
+
+
+def test_search_other_settings_on_same_folder_exits_2(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    runner = CliRunner()
+    assert runner.invoke(app, ["search", str(study), "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["search", str(study), "--out", str(out), "--seed", "4"])
+    assert result.exit_code == 2
+    assert "study 'small' was run with different settings (seed)" in result.output
