@@ -1,0 +1,475 @@
+"""The DeepFlow paper's case studies, one command each (docs/case-studies.md).
+
+    .venv/bin/python benchmarks/case_studies.py node-scaling  # 1: technology-node scaling
+    .venv/bin/python benchmarks/case_studies.py packaging     # 2: PCB vs MCM vs wafer links
+    .venv/bin/python benchmarks/case_studies.py parallelism   # 3: balance per mapping family
+    .venv/bin/python benchmarks/case_studies.py all --quick   # every case at a tiny size
+
+Each case reads its design space(s) from ``configs/spaces/case-*.yaml``, labels designs with the
+oracle through the public dataset API (:func:`deepflow.datasets.label.label_points`, one
+vectorised call per batch), prints a table and writes ``docs/figures/case-<name>.png``.
+
+The search is a Sobol' start followed by a few rounds of Gaussian mutation of the best feasible
+unit-cube points (a (mu + lambda) evolution strategy written here in a few lines). Optuna-backed
+``deepflow search`` costs ~0.1 s per evaluation in its bookkeeping; these spaces label 10^4 designs
+per second in one batch, so a plain vectorised loop explores far more designs in the same time.
+Variants of a space (one logic node, one mapping family, one link) are the case YAML with some
+variables replaced by fixed values (:func:`variant`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from deepflow.config.loader import load_scenario, scenario_from_mapping
+from deepflow.datasets import DesignSpace, oracle_version, space_from_text
+from deepflow.datasets.label import cube_rows, label_points
+from deepflow.oracle.evaluate import evaluate_one
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = ROOT / "configs" / "spaces"
+FIGURES = ROOT / "docs" / "figures"
+
+#: Components grouped for the tables and figures (parts of the area and power splits).
+AREA_GROUPS = {
+    "core": ("core",),
+    "sram": ("l2", "l1", "register_file"),
+    "mem_ctrl": ("memory_controller",),
+    "links": ("scale_up", "scale_out"),
+}
+POWER_GROUPS = {
+    "core": ("core",),
+    "sram": ("l2", "l1", "register_file"),
+    "dram": ("dram",),
+    "links": ("scale_up", "scale_out"),
+}
+GROUP_COLOURS = {"core": "#4e79a7", "sram": "#59a14f", "mem_ctrl": "#f28e2b", "dram": "#f28e2b",
+                 "links": "#e15759", "unused": "#bab0ac"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Size:
+    """How many designs a case labels: Sobol' start, mutation rounds, parents, children each."""
+
+    num_samples: int
+    rounds: int
+    parents: int
+    children: int
+
+    @property
+    def evaluations(self) -> int:
+        return self.num_samples + self.rounds * self.parents * self.children
+
+
+FULL = Size(num_samples=16384, rounds=8, parents=64, children=32)
+QUICK = Size(num_samples=64, rounds=1, parents=4, children=4)
+
+
+# ----------------------------------------------------------------------------- helpers
+def read_space_yaml(name: str) -> dict[str, Any]:
+    """The parsed ``configs/spaces/<name>.yaml``."""
+    with open(SPACES / f"{name}.yaml", encoding="utf-8") as fh:
+        return dict(yaml.safe_load(fh))
+
+
+def variant(name: str, label: str, *, variables: Mapping[str, Any] | None = None,
+            system: Mapping[str, Any] | None = None) -> DesignSpace:  # fmt: skip
+    """The space ``name`` with some variables (or base system keys) replaced."""
+    raw = copy.deepcopy(read_space_yaml(name))
+    for key, value in (variables or {}).items():
+        if key not in raw["variables"]:
+            raise KeyError(f"{name}.yaml has no variable {key!r}")
+        raw["variables"][key] = value
+    if system:
+        raw["base"]["system"].update(system)
+    text = yaml.safe_dump(raw, sort_keys=False)
+    return space_from_text(text, file=f"configs/spaces/{name}.yaml[{label}]", base_dir=SPACES)
+
+
+def label(space: DesignSpace, u: np.ndarray) -> pd.DataFrame:
+    """Oracle rows for unit-cube points ``u`` (n, space.num_dims)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        # Designs that lose every HBM stack give 0 bandwidth: inf step time, infeasible.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        table = label_points(space, u, oracle_version=oracle_version())
+    return table.to_pandas()
+
+
+def _score(df: pd.DataFrame) -> np.ndarray:
+    t = df["y_step_time_s"].to_numpy(dtype=float)
+    return np.where(df["feasible"].to_numpy() & np.isfinite(t), t, np.inf)
+
+
+def optimise(
+    space: DesignSpace,
+    size: Size,
+    *,
+    seed: int,
+    start: tuple[np.ndarray, pd.DataFrame] | None = None,
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Minimise the step time over feasible designs: Sobol' start (or ``start``, points
+    already labelled), then mutation rounds.
+
+    Returns every labelled unit-cube point and its oracle row, in evaluation order.
+    """
+    if start is None:
+        n = size.num_samples
+        u = cube_rows(space, seed=seed, start=0, stop=n, num_samples=n)
+        df = label(space, u)
+    else:
+        u, df = start
+    rng = np.random.default_rng(seed + (0 if start is None else 1))
+    for r in range(size.rounds):
+        order = np.argsort(_score(df), kind="stable")[: size.parents]
+        parents = np.repeat(u[order], size.children, axis=0)
+        sigma = 0.08 * 0.5**r
+        kids = np.clip(parents + rng.normal(0.0, sigma, parents.shape), 0.0, 1.0 - 1e-9)
+        # Redraw a few coordinates outright, so that choices (micro-batch, recompute, HBM
+        # stacks through the controller area) can jump out of a local optimum.
+        redraw = rng.random(kids.shape) < 0.05
+        kids[redraw] = rng.random(int(redraw.sum()))
+        u = np.vstack([u, kids])
+        df = pd.concat([df, label(space, kids)], ignore_index=True)
+    return u, df
+
+
+def best(u: np.ndarray, df: pd.DataFrame) -> tuple[np.ndarray, pd.Series]:
+    """The feasible design with the lowest step time (ValueError when none is feasible)."""
+    score = _score(df)
+    i = int(np.argmin(score))
+    if not np.isfinite(score[i]):
+        raise ValueError("no feasible design: raise the budget (drop --quick)")
+    return u[i], df.iloc[i]
+
+
+def near_best_range(df: pd.DataFrame, column: str, within: float = 0.03) -> str:
+    """``min-max`` of ``column`` over the feasible designs within ``within`` of the best step
+    time: how flat the optimum is along that input."""
+    score = _score(df)
+    near = df[score <= score.min() * (1.0 + within)]
+    return f"{near[column].min():.2f}-{near[column].max():.2f} (n={len(near)})"
+
+
+def shares(row: pd.Series, split: str, groups: Mapping[str, tuple[str, ...]]) -> dict[str, float]:
+    """Grouped shares of the ``area_split`` / ``power_split`` of one design (rest: unused)."""
+    out = {g: float(sum(row.get(f"x_{split}_{p}", 0.0) for p in parts))
+           for g, parts in groups.items()}  # fmt: skip
+    out["unused"] = max(0.0, 1.0 - sum(out.values()))
+    return out
+
+
+def mapping_label(row: pd.Series, num_devices: int = 1024) -> str:
+    """``TP8 PP4 DP32 mb1 sele Z1 SP`` for one design row (DP derived when not a column)."""
+    tp, pp = int(row["x_tensor_parallel"]), int(row["x_pipeline_parallel"])
+    dp = int(row.get("x_data_parallel", num_devices // (tp * pp)))
+    parts = [f"TP{tp}", f"PP{pp}", f"DP{dp}", f"mb{int(row['x_micro_batch_size'])}",
+             str(row["x_activation_recompute"])[:4], f"Z{int(row['x_zero_stage'])}"]  # fmt: skip
+    if bool(row.get("x_sequence_parallel", False)):
+        parts.append("SP")
+    return " ".join(parts)
+
+
+def print_table(title: str, rows: list[dict[str, Any]]) -> None:
+    """A Markdown table (pasted into docs/case-studies.md as printed)."""
+    print(f"\n{title}\n")
+    cols = list(rows[0])
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "|".join("---" for _ in cols) + "|")
+    for r in rows:
+        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()]
+        print("| " + " | ".join(cells) + " |")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _stacked(ax: Any, labels: list[str], split: list[dict[str, float]], title: str) -> None:
+    bottom = np.zeros(len(labels))
+    for g in split[0]:
+        vals = np.array([s[g] for s in split])
+        ax.bar(labels, vals, bottom=bottom, color=GROUP_COLOURS[g], label=g, width=0.7)
+        bottom += vals
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.8)
+
+
+def _save(fig: Any, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    _pyplot().close(fig)
+    return out
+
+
+# ----------------------------------------------------------------------------- case 1
+NODES = ("n12", "n7", "n5", "n3", "n2")
+
+
+def node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
+    """Case 1: the same GPT-3 pathfinding at fixed 814 mm² / 700 W on N12 ... N2."""
+    rows, area, power = [], [], []
+    for node in NODES:
+        space = variant("case-node-scaling", node, variables={"technology": node})
+        u, df = optimise(space, size, seed=seed)
+        _, b = best(u, df)
+        top = df.iloc[np.argsort(_score(df))[:10]]
+        area.append(shares(b, "area_split", AREA_GROUPS))
+        power.append(shares(b, "power_split", POWER_GROUPS))
+        rows.append({
+            "node": node,
+            "step_s": float(b["y_step_time_s"]),
+            "top10_step_s": float(top["y_step_time_s"].mean()),
+            "PFLOPs": float(b["y_peak_flops"]) / 1e15,
+            "HBM_TBps": float(b["y_hbm_bandwidth_Bps"]) / 1e12,
+            "MFU": float(b["y_mfu"]),
+            "area core/sram/mc": "/".join(f"{area[-1][g]:.2f}" for g in list(AREA_GROUPS)[:3]),
+            "power core/sram/dram": "/".join(f"{power[-1][g]:.2f}" for g in list(POWER_GROUPS)[:3]),
+            "core area within 3%": near_best_range(df, "x_area_split_core"),
+            "mapping": mapping_label(b),
+            "feasible": f"{int(df['feasible'].sum())}/{len(df)}",
+        })  # fmt: skip
+    print_table("Case 1: best design per logic node (GPT-3 175B, 1,024 devices, 814 mm², 700 W)",
+                rows)  # fmt: skip
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    steps = [r["step_s"] for r in rows]
+    axes[0].bar(NODES, steps, color="#4e79a7")
+    for i, r in enumerate(rows):
+        axes[0].text(i, steps[i], f"{steps[i]:.1f} s\n{r['PFLOPs']:.2f} PF", ha="center",
+                     va="bottom", fontsize=7)  # fmt: skip
+    axes[0].set_ylim(0, max(steps) * 1.3)
+    axes[0].set_ylabel("best step time (s)", fontsize=8)
+    axes[0].set_title("GPT-3 175B, 1,024 devices: best step time", fontsize=9)
+    axes[0].tick_params(labelsize=8)
+    _stacked(axes[1], list(NODES), area, "die-area split of the best design")
+    _stacked(axes[2], list(NODES), power, "power split of the best design")
+    return _save(fig, out_dir / "case-node-scaling.png")
+
+
+# ----------------------------------------------------------------------------- case 2
+def _lstm_reference(system: Mapping[str, Any]) -> float:
+    """Step time of the paper's wafer scenario with ``system`` keys replaced."""
+    raw = {
+        "system": {"device": "v100-crossflow", "network": "waferscale-20xv100",
+                   "devices_per_node": 20, "num_nodes": 1, **system},
+        "workload": {"model": "lstm-lm-paper", "global_batch_size": 2000, "precision": "fp16"},
+        "mapping": {"tensor_parallel": 20, "kernel_partition": "rc", "kernel_parallel_dim2": 1},
+    }  # fmt: skip
+    scenario = scenario_from_mapping(raw, file="<case packaging>", base_dir=ROOT / "configs")
+    return float(evaluate_one(scenario)["step_time_s"])
+
+
+def packaging(size: Size, out_dir: Path, seed: int) -> Path:
+    """Case 2: die-to-die link technology and power, LSTM (paper) and GPT-3."""
+    # LSTM: the whole grid (20 designs, ~7 ms each).
+    lstm_space = variant("case-packaging-lstm", "grid")
+    n = lstm_space.grid_size()
+    lstm = label(lstm_space, cube_rows(lstm_space, seed=seed, start=0, stop=n, num_samples=n))
+    wafer = float(evaluate_one(load_scenario(ROOT / "configs/scenarios/lstm-waferscale-rc20.yaml"))
+                  ["step_time_s"])  # fmt: skip
+    board = _lstm_reference({"devices_per_node": 1, "num_nodes": 20})
+    links = list(lstm_space.by_name["scale_up_link"].choices)
+    lstm_powers = list(lstm_space.by_name["power_scale_up_W"].choices)
+    rows = []
+    for link in links:
+        sel = lstm[lstm["x_scale_up_link"] == link].sort_values("x_power_scale_up_W")
+        row: dict[str, Any] = {"link": link}
+        for p, t in zip(sel["x_power_scale_up_W"], sel["y_step_time_s"], strict=True):
+            row[f"{p:g} W"] = float(t)
+        rows.append(row)
+    print_table("Case 2a: LSTM LM (paper), 20 dies on a 4x5 mesh: step time (s) per link and "
+                "link power", rows)  # fmt: skip
+    print(f"\nreferences: paper's wafer preset (345 GB/s mesh) {wafer:.3f} s; 20 separate "
+          f"packages on a board (51.6 GB/s PCB scale-out, fat tree) {board:.3f} s; compute "
+          f"+ weight update alone {float(lstm['y_step_time_s'].min()):.3f} s at best")  # fmt: skip
+
+    # GPT-3: best mapping per (link, power).
+    llm_raw = read_space_yaml("case-packaging-llm")
+    llm_powers = list(llm_raw["variables"]["power_scale_up_W"]["choices"])
+    llm: dict[tuple[str, float], pd.Series] = {}
+    small = Size(max(size.num_samples // 4, 16), size.rounds, size.parents // 2 or 1,
+                 size.children // 2 or 1)  # fmt: skip
+    for link in links:
+        for p in llm_powers:
+            space = variant(
+                "case-packaging-llm",
+                f"{link}@{p}W",
+                variables={"scale_up_link": link, "power_scale_up_W": p},
+            )
+            u, df = optimise(space, small, seed=seed)
+            llm[(link, p)] = best(u, df)[1]
+    rows = []
+    for link in links:
+        row = {"link": link}
+        for p in llm_powers:
+            b = llm[(link, p)]
+            row[f"{p:g} W"] = f"{b['y_step_time_s']:.2f} ({mapping_label(b).split(' DP')[0]})"
+        rows.append(row)
+    print_table("Case 2b: GPT-3 175B, 1,024 H100-like devices: best step time (s) and its "
+                "TP/PP per scale-up link and link power", rows)  # fmt: skip
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"]
+    for link, c in zip(links, colours, strict=False):
+        sel = lstm[lstm["x_scale_up_link"] == link].sort_values("x_power_scale_up_W")
+        axes[0].plot(sel["x_power_scale_up_W"], sel["y_step_time_s"], "o-", color=c, label=link)
+        axes[1].plot(llm_powers, [llm[(link, p)]["y_step_time_s"] for p in llm_powers], "o-",
+                     color=c, label=link)  # fmt: skip
+    axes[0].axhline(wafer, ls="--", color="grey", lw=1)
+    axes[0].text(lstm_powers[0], wafer, "paper wafer preset (345 GB/s)", fontsize=7, va="bottom")
+    axes[0].axhline(board, ls=":", color="black", lw=1)
+    axes[0].text(lstm_powers[0], board, "20 packages on a PCB", fontsize=7, va="bottom")
+    axes[0].set_title("LSTM LM (paper), 20 V100-class dies, 4x5 mesh", fontsize=9)
+    axes[1].set_title("GPT-3 175B, 1,024 H100-like devices (best mapping)", fontsize=9)
+    for ax, powers in zip(axes, (lstm_powers, llm_powers), strict=True):
+        ax.set_xscale("log")
+        ax.set_xticks(powers, [f"{p:g}" for p in powers])
+        ax.minorticks_off()
+        ax.set_xlabel("scale-up link power budget per die (W)", fontsize=8)
+        ax.set_ylabel("step time (s)", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-packaging.png")
+
+
+# ----------------------------------------------------------------------------- case 3
+#: Mapping families: (tensor_parallel, pipeline_parallel); data parallel = 1,024 / (TP x PP).
+FAMILIES = {
+    "DP-heavy": (1, 2),
+    "PP-heavy": (1, 32),
+    "TP-heavy": (8, 1),
+    "balanced": (8, 8),
+}
+
+
+def _split_dims(space: DesignSpace) -> int:
+    """Cube dimensions of the leading simplex variables (the area and power splits)."""
+    n = 0
+    for v in space.variables:
+        if v.type != "simplex":
+            break
+        n += v.num_dims
+    return n
+
+
+def parallelism(size: Size, out_dir: Path, seed: int) -> Path:
+    """Case 3: the best area/power split for each mapping family, and a cross-evaluation."""
+    spaces, runs, best_u, best_rows, flat = {}, {}, {}, {}, {}
+    names = list(FAMILIES)
+    for fam, (tp, pp) in FAMILIES.items():
+        spaces[fam] = variant(
+            "case-parallelism-balance",
+            fam,
+            variables={"tensor_parallel": tp, "pipeline_parallel": pp},
+        )
+        runs[fam] = optimise(spaces[fam], size, seed=seed)
+        best_u[fam] = best(*runs[fam])[0]
+    k = _split_dims(spaces[names[0]])
+    # Exchange: each family also starts from the other families' best hardware with its own
+    # best mapping, then mutates again (one search per family misses optima another finds).
+    half = Size(0, max(size.rounds // 2, 1), size.parents, size.children)
+    for fam in names:
+        pts = np.stack([np.concatenate([best_u[hw][:k], best_u[fam][k:]]) for hw in names])
+        u = np.vstack([runs[fam][0], pts])
+        df = pd.concat([runs[fam][1], label(spaces[fam], pts)], ignore_index=True)
+        runs[fam] = optimise(spaces[fam], half, seed=seed, start=(u, df))
+    for fam in names:
+        best_u[fam], best_rows[fam] = best(*runs[fam])
+        flat[fam] = near_best_range(runs[fam][1], "x_area_split_core")
+    # cross[i, j]: mapping family j on the hardware (splits) optimised for family i.
+    cross = np.empty((len(names), len(names)))
+    for i, hw in enumerate(names):
+        pts = np.stack([np.concatenate([best_u[hw][:k], best_u[m][k:]]) for m in names])
+        for j, m in enumerate(names):
+            r = label(spaces[m], pts[j : j + 1]).iloc[0]
+            cross[i, j] = r["y_step_time_s"] if bool(r["feasible"]) else np.nan
+    rows, area, power = [], [], []
+    for fam in names:
+        b = best_rows[fam]
+        area.append(shares(b, "area_split", AREA_GROUPS))
+        power.append(shares(b, "power_split", POWER_GROUPS))
+        rows.append({
+            "family": fam,
+            "mapping": mapping_label(b),
+            "step_s": float(b["y_step_time_s"]),
+            "MFU": float(b["y_mfu"]),
+            "area core/sram/mc/links": "/".join(f"{area[-1][g]:.3f}" for g in AREA_GROUPS),
+            "power core/sram/dram/links": "/".join(f"{power[-1][g]:.3f}" for g in POWER_GROUPS),
+            "PFLOPs": float(b["y_peak_flops"]) / 1e15,
+            "HBM_TBps": float(b["y_hbm_bandwidth_Bps"]) / 1e12,
+            "HBM_GiB": float(b["y_memory_capacity_B"]) / 2**30,
+            "core area within 3%": flat[fam],
+        })  # fmt: skip
+    print_table("Case 3: best hardware split per mapping family (GPT-3 175B, 1,024 N5 devices, "
+                "814 mm², 700 W)", rows)  # fmt: skip
+    cross_rows = [{"hardware tuned for": hw, **{m: float(cross[i, j]) for j, m in enumerate(names)}}
+                  for i, hw in enumerate(names)]  # fmt: skip
+    print_table("Case 3: step time (s) of each family's mapping (columns) on the hardware tuned "
+                "for each family (rows); nan = infeasible", cross_rows)  # fmt: skip
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    _stacked(axes[0], names, area, "die-area split of each family's best design")
+    _stacked(axes[1], names, power, "power split of each family's best design")
+    rel = cross / np.diag(cross)[None, :]
+    im = axes[2].imshow(rel, cmap="viridis_r", vmin=1.0, vmax=max(1.05, float(np.nanmax(rel))))
+    for i in range(len(names)):
+        for j in range(len(names)):
+            txt = "inf." if np.isnan(cross[i, j]) else f"{cross[i, j]:.2f}s"
+            axes[2].text(j, i, txt, ha="center", va="center", fontsize=7, color="white")
+    axes[2].set_xticks(range(len(names)), names, fontsize=7)
+    axes[2].set_yticks(range(len(names)), names, fontsize=7)
+    axes[2].set_xlabel("mapping family", fontsize=8)
+    axes[2].set_ylabel("hardware tuned for", fontsize=8)
+    axes[2].set_title("step time / own-hardware step time", fontsize=9)
+    fig.colorbar(im, ax=axes[2], fraction=0.046)
+    return _save(fig, out_dir / "case-parallelism.png")
+
+
+# ----------------------------------------------------------------------------- CLI
+CASES: dict[str, Callable[[Size, Path, int], Path]] = {
+    "node-scaling": node_scaling,
+    "packaging": packaging,
+    "parallelism": parallelism,
+}
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("case", choices=[*CASES, "all"])
+    parser.add_argument("--quick", action="store_true", help="a tiny run (tests)")
+    parser.add_argument("--out-dir", type=Path, default=FIGURES, help="figure folder")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    written = []
+    for name in CASES if args.case == "all" else [args.case]:
+        start = time.perf_counter()
+        path = CASES[name](size, args.out_dir, args.seed)
+        print(f"\n{name}: wrote {path} in {time.perf_counter() - start:.1f} s")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()

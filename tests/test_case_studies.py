@@ -1,0 +1,46 @@
+"""The case-study command (benchmarks/case_studies.py) runs end to end at a tiny size."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from deepflow.datasets import load_space
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE_SPACES = sorted((ROOT / "configs" / "spaces").glob("case-*.yaml"))
+
+
+def _module():
+    path = ROOT / "benchmarks" / "case_studies.py"
+    spec = importlib.util.spec_from_file_location("case_studies", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["case_studies"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_case_spaces_load():
+    assert len(CASE_SPACES) >= 3
+    for path in CASE_SPACES:
+        space = load_space(path)
+        assert space.num_dims > 0, path.name
+
+
+@pytest.mark.parametrize("case", ["node-scaling", "packaging", "parallelism"])
+def test_case_runs_quick(case, tmp_path, capsys):
+    written = _module().main([case, "--quick", "--out-dir", str(tmp_path)])
+    assert len(written) == 1 and written[0].parent == tmp_path
+    assert written[0].stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert "| " in out and f"{case}: wrote" in out
+
+
+def test_parallelism_split_dims_lead():
+    mod = _module()
+    space = mod.variant("case-parallelism-balance", "t", variables={"tensor_parallel": 1})
+    assert mod._split_dims(space) == 16
