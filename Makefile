@@ -15,8 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/deepflow show configs/scenarios/gpt3-175b-a100.yaml
-	$(BIN)/deepflow evaluate configs/scenarios/gpt3-175b-a100.yaml
+	$(BIN)/deepflow run configs/studies/default.yaml --out results/default
 
 lint: $(STAMP)
 	$(BIN)/ruff check deepflow tests benchmarks

@@ -447,34 +447,50 @@ def _search_options(study_path: Path, strategy: str | None, budget: int | None,
     return study.replace(strategy=strategy, budget=budget, seed=seed)
 
 
-def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path) -> None:
+def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
+                  limit: int = 20) -> None:  # fmt: skip
+    """The Pareto designs (oracle values) as a table, then the run's figures."""
     from rich.console import Console
     from rich.table import Table
 
+    def fmt(v: Any, digits: int = 4) -> str:
+        if v is None:
+            return "–"
+        if isinstance(v, float):
+            return f"{v:.{digits}g}"
+        return str(v)
+
     objectives = summary["objectives"]
     table = Table(title=f"Pareto designs of '{summary['study']}' (oracle values)")
-    extra = ["x_technology", "x_die_area_mm2", "x_tdp_W", "x_tensor_parallel",
-             "x_pipeline_parallel", "x_data_parallel"]  # fmt: skip
-    shown = [c for c in extra if any(c in d["x"] for d in designs)]
-    for c in ["trial", *shown, *[o["name"] for o in objectives], "memory_GiB", "energy_J",
-              "device_cost_usd"]:  # fmt: skip
-        table.add_column(c.removeprefix("x_"), justify="right")
-    for d in designs:
-        out = d["outputs"]
+    x = designs[0]["x"] if designs else {}
+    columns: list[tuple[str, Any]] = [("trial", lambda d: str(d["trial"]))]
+    for key, label in (("x_technology", "node"), ("x_die_area_mm2", "die mm²"),
+                       ("x_tdp_W", "TDP W")):  # fmt: skip
+        if key in x:
+            columns.append((label, lambda d, k=key: fmt(d["x"].get(k))))
+    if "x_tensor_parallel" in x:
 
-        def fmt(v: Any) -> str:
-            if isinstance(v, float):
-                return f"{v:.4g}"
-            return str(v)
+        def mapping(d: dict[str, Any]) -> str:
+            cfg = d["config"]["mapping"]
+            degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
+            return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
 
-        table.add_row(
-            str(d["trial"]), *[fmt(d["x"].get(c)) for c in shown],
-            *[fmt(d["objectives"][o["name"]]) for o in objectives],
-            fmt(out.get("memory_per_device_B", float("nan")) / 2**30),
-            fmt(out.get("energy_per_step_J")), fmt(out.get("device_cost_usd", "")),
-        )  # fmt: skip
-    console = Console()
+        columns.append(("TP×PP×DP", mapping))
+    for o in objectives:
+        columns.append((o["name"], lambda d, n=o["name"]: fmt(d["objectives"][n])))
+    columns.append(("mem GiB", lambda d: fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30,
+                                             3)))  # fmt: skip
+    columns.append(("energy J", lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))
+    if any("device_cost_usd" in d["outputs"] for d in designs):
+        columns.append(("cost $", lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))
+    for label, _ in columns:
+        table.add_column(label, justify="right")
+    for d in designs[:limit]:
+        table.add_row(*[get(d) for _, get in columns])
+    console = Console(width=None if Console().is_terminal else 160)
     console.print(table)
+    if len(designs) > limit:
+        typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
     hv = summary["hypervolume"]
     typer.echo(
         f"{summary['num_evaluations']} oracle evaluations ({summary['num_feasible']} feasible), "

@@ -81,7 +81,11 @@ class SurrogateSearcher:
         df = self._training_frame(history_rows)
         start = time.perf_counter()
         first = self.report is None
-        with warnings.catch_warnings():
+        from threadpoolctl import threadpool_limits
+
+        # One BLAS/OpenMP thread: histogram boosting and torch oversubscribe 2 shared cores
+        # badly (toolchain.md §5.1; a 2k-row boosting fit took minutes under load).
+        with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")
             model, report = fit_surrogate(
                 df,
@@ -103,6 +107,8 @@ class SurrogateSearcher:
         self, n: int, history: History, objectives: tuple[Objective, ...], rows: Any
     ) -> tuple[F, list[dict[str, Any]], int]:
         """The next ``n`` designs (native coordinates), their predictions, the round."""
+        from threadpoolctl import threadpool_limits
+
         self.round += 1
         need_fit = self.model is None or (self.settings.refit and self.fitted_on != history.num)
         if need_fit:
@@ -112,9 +118,11 @@ class SurrogateSearcher:
         rng = np.random.default_rng(
             np.random.SeedSequence([self.config.search.seed, history.num, 0xA551])
         )
-        candidates = self._candidates(rng, history)
+        with threadpool_limits(1):
+            candidates = self._candidates(rng, history)
         surrogate = SurrogateProblem(self.problem, self.model)
-        pred = surrogate.evaluate(self.problem.search_space.to_unit(candidates))
+        with threadpool_limits(1):
+            pred = surrogate.evaluate(self.problem.search_space.to_unit(candidates))
         values = np.stack([pred[o.column].to_numpy(dtype=float) for o in objectives], axis=1)
         _names, c = constraint_matrix(
             {k: pred[k].to_numpy(dtype=float) for k in pred.columns if k.startswith(("c_", "y_"))},
