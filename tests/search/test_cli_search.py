@@ -101,3 +101,26 @@ def test_search_other_settings_on_same_folder_exits_2(study: Path, tmp_path: Pat
     result = runner.invoke(app, ["search", str(study), "--out", str(out), "--seed", "4"])
     assert result.exit_code == 2
     assert "study 'small' was run with different settings (seed)" in result.output
+
+
+def test_run_searches_verifies_and_reports(write_yaml: Callable[..., Path],
+                                           tmp_path: Path) -> None:  # fmt: skip
+    study = write_yaml({
+        "name": "tiny",
+        "space": SPACE,
+        "search": {"strategy": "surrogate", "budget": 12, "batch_size": 4, "initial_points": 8},
+        "surrogate": {"model": "gbt", "num_samples": 256, "inner_budget": 50, "pool_size": 500},
+    }, "tiny.yaml")  # fmt: skip
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(study), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"report: {out / 'report.html'}" in result.output
+    assert "Pareto designs of 'tiny'" in result.output
+    assert (out / "dataset.parquet").exists() and (out / "report.html").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["surrogate"]["kind"] == "gbt"
+    assert summary["surrogate"]["num_dataset_rows"] == 256
+    assert set(summary["surrogate"]["held_out"]) == {"y_step_time_s", "y_area_mm2", "y_power_W"}
+    assert {"sample", "search", "verify", "report"} <= set(summary["timings_s"])
+    trials = pd.read_parquet(out / "trials.parquet")
+    assert (trials["source"] == "search").sum() == 4 and (trials["round"] == 1).sum() == 4
