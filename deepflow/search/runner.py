@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from deepflow import __version__
+from deepflow.errors import ConfigError
 from deepflow.search.engine import SearchConfig, SearchResult, dumps, run_search
 from deepflow.search.problem import OracleProblem
 from deepflow.search.study import Study, to_mapping
@@ -187,7 +189,18 @@ def search_study(
             folder fitted on another space.
     """
     out = Path(out_dir)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _search_study(study, out, storage, progress, timings)
+    except ConfigError:
+        if created:  # rejected input (e.g. a storage holding another study): leave nothing
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _search_study(study: Study, out: Path, storage: str | None, progress: Progress | None,
+                  timings: dict[str, float] | None) -> StudyOutcome:
     timings = timings if timings is not None else {}
     problem = OracleProblem(study.space)
     model, dataset = (

@@ -124,3 +124,18 @@ def test_run_searches_verifies_and_reports(write_yaml: Callable[..., Path],
     assert {"sample", "search", "verify", "report"} <= set(summary["timings_s"])
     trials = pd.read_parquet(out / "trials.parquet")
     assert (trials["source"] == "search").sum() == 4 and (trials["round"] == 1).sum() == 4
+
+
+def test_storage_holding_other_settings_leaves_no_folder(study: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    runner = CliRunner()
+    first = runner.invoke(app, ["search", str(study), "--out", str(tmp_path / "a"),
+                                "--storage", storage])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    assert not (tmp_path / "a" / "optuna.db").exists()  # the study lives in the given storage
+    out = tmp_path / "b"
+    result = runner.invoke(app, ["search", str(study), "--out", str(out), "--storage", storage,
+                                 "--strategy", "nsga2"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "study 'small' was run with different settings (strategy)" in result.output
+    assert not out.exists()
