@@ -19,7 +19,7 @@ Schema (every key but ``space`` and ``objectives`` optional)::
     surrogate:                           # surrogate-assisted search (strategy: surrogate)
       model: mlp                         # mlp | gp | svgp | gbt
       num_samples: 20000                 # oracle-labelled designs to train on (0: trials only)
-      inner_strategy: nsga2              # the strategy run on the surrogate each round
+      inner_strategy: nsga2              # run on the surrogate each round: nsga2|tpe|gp|random
       inner_budget: 2000                 # surrogate evaluations of that strategy per round
       pool_size: 20000                   # random + mutated designs scored per round
       refit: true                        # refit on the new oracle evaluations every round
@@ -54,6 +54,9 @@ __all__ = [
 #: Search strategies (``surrogate`` runs ``surrogate.inner_strategy`` on a surrogate).
 STRATEGIES = ("botorch", "nsga2", "tpe", "gp", "random", "surrogate")
 _BASE_STRATEGIES = STRATEGIES[:-1]
+#: Strategies run on a surrogate each round (cheap, many evaluations: no BoTorch GP there;
+#: BoTorch acquisitions over a surrogate go through deepflow.surrogate's BoTorch adapter).
+_INNER_STRATEGIES = ("nsga2", "tpe", "gp", "random")
 _SURROGATE_MODELS = ("mlp", "gp", "svgp", "gbt")
 TOP_KEYS = ("name", "description", "space", "objectives", "constraints", "search", "surrogate")
 DEFAULT_OBJECTIVES = ("step_time_s", "area_mm2", "power_W")
@@ -76,7 +79,7 @@ class SurrogateSettings:
 
     model: str = key("model", choices=_SURROGATE_MODELS, default="mlp")
     num_samples: int = key("num_samples", ge=0, default=0, doc="oracle-labelled designs")
-    inner_strategy: str = key("inner_strategy", choices=_BASE_STRATEGIES, default="nsga2")
+    inner_strategy: str = key("inner_strategy", choices=_INNER_STRATEGIES, default="nsga2")
     inner_budget: int = key("inner_budget", ge=0, default=2000, doc="surrogate evaluations")
     pool_size: int = key("pool_size", ge=0, default=20000, doc="designs scored per round")
     refit: bool = key("refit", default=True)

@@ -77,6 +77,8 @@ def test_cli_style_overrides_are_validated(write_yaml: Callable[..., Path]) -> N
          "{f}: search.budget must be an integer >= 1; got 0."),
         ({"space": SPACE, "surrogate": {"model": "rf"}},
          "{f}: surrogate.model must be one of: mlp, gp, svgp, gbt; got 'rf'."),
+        ({"space": SPACE, "surrogate": {"inner_strategy": "botorch"}},
+         "{f}: surrogate.inner_strategy must be one of: nsga2, tpe, gp, random; got 'botorch'."),
         ({"space": SPACE, "name": "a b"},
          "{f}: name must be a name of letters, digits, '-' and '_'; got 'a b'."),
         ({"space": "no-such-space"}, "{f}: space: no-such-space: no such file or space preset"),
