@@ -502,6 +502,15 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
         typer.echo(f"surrogate vs oracle on the front (mean |error|): {errs}")
 
 
+_ResultFolder = Annotated[
+    Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
+]
+_Storage = Annotated[
+    str | None,
+    typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+]
+
+
 @app.command()
 def search(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
@@ -510,14 +519,9 @@ def search(
         typer.Option("--strategy", help="botorch, nsga2, tpe, gp, random or surrogate."),
     ] = None,
     budget: Annotated[int | None, typer.Option("--budget", help="Oracle evaluations.")] = None,
-    storage: Annotated[
-        str | None,
-        typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
-    ] = None,
+    storage: _Storage = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed (>= 0).")] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
-    ] = None,
+    out: _ResultFolder = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
@@ -547,13 +551,8 @@ def search(
 @app.command()
 def run(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
-    ] = None,
-    storage: Annotated[
-        str | None,
-        typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
-    ] = None,
+    out: _ResultFolder = None,
+    storage: _Storage = None,
 ) -> None:
     """The whole pipeline: sample -> fit -> search -> verify -> report.
 

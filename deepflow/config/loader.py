@@ -117,6 +117,29 @@ def preset_path(kind: str, name: str) -> Path | None:
     return None
 
 
+def preset_file(kind: str, noun: str, path: str | Path) -> Path:
+    """``path`` itself, or, for a bare name that is not a file, the preset of that name in
+    ``configs/<kind>/``.
+
+    Raises:
+        ConfigError: neither a file nor a preset (lists the presets, with the closest).
+    """
+    from deepflow.config._schema import suggest
+
+    p = Path(path)
+    if p.exists() or str(path).endswith((".yaml", ".yml")):
+        return p
+    found = preset_path(kind, str(path))
+    if found is None:
+        names = list_presets(kind)
+        near = suggest(str(path), names)
+        hint = f"; did you mean '{near}'?" if near else "."
+        raise ConfigError(
+            f"{path}: no such file or {noun} preset{hint} Available: {', '.join(names)}."
+        )
+    return found
+
+
 def _display(path: Path) -> str:
     """A path as shown in messages: relative to the working directory when inside it."""
     try:

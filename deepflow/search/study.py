@@ -247,17 +247,9 @@ def load_study(path: str | Path) -> Study:
     Raises:
         ConfigError: naming the file and the dotted key of the first problem.
     """
-    from deepflow.config.loader import list_presets, preset_path
+    from deepflow.config.loader import preset_file
 
-    p = Path(path)
-    if not p.exists() and not str(path).endswith((".yaml", ".yml")):
-        found = preset_path("studies", str(path))
-        if found is None:
-            names = list_presets("studies")
-            raise ConfigError(
-                f"{path}: no such file or study preset. Available: {', '.join(names)}."
-            )
-        p = found
+    p = preset_file("studies", "study", path)
     raw = read_yaml(p, what="a study mapping")
     text = p.read_text(encoding="utf-8")
     return study_from_mapping(raw, file=str(path), base_dir=p.resolve().parent, text=text)
