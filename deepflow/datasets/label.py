@@ -47,6 +47,7 @@ from deepflow.oracle.hardware import DESIGN_COLUMNS, derive, design_table
 __all__ = [
     "CONSTRAINTS",
     "arrow_schema",
+    "cube_rows",
     "decode",
     "decode_x",
     "label_points",
@@ -472,11 +473,17 @@ def label_rows(space: DesignSpace, *, seed: int, start: int, stop: int, num_samp
     The result depends only on the space, the seed, ``num_samples`` and the row range, and
     row i is the same whichever range it is computed in.
     """
-    levels, endpoints = space.grid_levels() if space.sampler == "grid" else ([], [])
-    u = unit_cube(space.sampler, seed=seed, start=start, stop=stop, num_samples=num_samples,
-                  dims=space.num_dims, levels=levels, endpoints=endpoints)  # fmt: skip
+    u = cube_rows(space, seed=seed, start=start, stop=stop, num_samples=num_samples)
     return label_points(space, u, seed=seed, sample_index=np.arange(start, stop, dtype=np.int64),
                         oracle_version=oracle_version)  # fmt: skip
+
+
+def cube_rows(space: DesignSpace, *, seed: int, start: int, stop: int, num_samples: int) -> F:
+    """Rows ``start..stop-1`` of the space's sampler sequence: the unit-cube points (n,
+    ``space.num_dims``) that :func:`label_rows` labels."""
+    levels, endpoints = space.grid_levels() if space.sampler == "grid" else ([], [])
+    return unit_cube(space.sampler, seed=seed, start=start, stop=stop, num_samples=num_samples,
+                     dims=space.num_dims, levels=levels, endpoints=endpoints)  # fmt: skip
 
 
 def label_points(space: DesignSpace, u: F, *, oracle_version: str, seed: int = -1,
@@ -501,11 +508,16 @@ def label_points(space: DesignSpace, u: F, *, oracle_version: str, seed: int = -
     for k in c_names:
         arrays[f"c_{k}"] = result.get(k, np.zeros(n))
     arrays["feasible"] = np.asarray(result["feasible"]) > 0
-    arrays["oracle_version"] = pa.array([oracle_version] * n, pa.string())
-    arrays["space_sha256"] = pa.array([space.sha256] * n, pa.string())
     arrays["seed"] = np.full(n, seed, dtype=np.int64)
-    columns = [pa.array(_plain(arrays[f.name]), type=f.type) if not isinstance(
-        arrays[f.name], pa.Array) else arrays[f.name] for f in schema]  # fmt: skip
+    # String columns from codes into their few values: choices, and the provenance constants.
+    same = np.zeros(n, dtype=np.int64)
+    codes = {"oracle_version": (same, np.array([oracle_version])),
+             "space_sha256": (same, np.array([space.sha256]))}  # fmt: skip
+    for v in space.variables:
+        if v.type in ("categorical", "fixed") and v.name in dec and f"x_{v.name}" in xs:
+            codes[f"x_{v.name}"] = (dec[v.name], np.asarray(v.choices))
+    columns = [_string_array(*codes[f.name]) if f.name in codes and pa.types.is_string(f.type)
+               else _arrow_array(arrays[f.name], f.type) for f in schema]  # fmt: skip
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -552,7 +564,46 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
     return [s for s in out if s is not None]
 
 
-def _plain(a: Any) -> Any:
-    """numpy arrays of Python objects (string choices) -> lists for Arrow."""
-    arr = np.asarray(a)
-    return arr.tolist() if arr.dtype == object or arr.dtype.kind == "U" else arr
+def _string_array(codes: I64, values: NDArray[Any]) -> pa.Array:
+    """Strings ``values[codes]`` as an Arrow string array, assembled from the few distinct
+    values' bytes (what ``pa.array(values[codes].tolist(), pa.string())`` gives)."""
+    n = codes.shape[0]
+    if values.dtype.kind != "U":  # e.g. None among the choices: Arrow makes it null
+        return pa.array(values[codes].tolist(), type=pa.string())
+    encoded = [s.encode("utf-8") for s in values.tolist()]
+    if len(encoded) == 1 and n * len(encoded[0]) < 2**31:  # one value (provenance columns)
+        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(encoded[0]))
+        data = np.frombuffer(encoded[0] * n, dtype=np.uint8)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])  # fmt: skip
+    sizes = np.array([len(b) for b in encoded], dtype=np.int64)[codes]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    if offsets[-1] >= 2**31:  # beyond 32-bit string offsets: let Arrow split it
+        return pa.array(values[codes].tolist(), type=pa.string())
+    padded = np.zeros((len(encoded), max(max((len(b) for b in encoded), default=0), 1)),
+                      dtype=np.uint8)  # fmt: skip
+    for i, b in enumerate(encoded):
+        padded[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
+    data = padded[codes][np.arange(padded.shape[1]) < sizes[:, None]]
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), n, buffers)
+
+
+def _arrow_array(values: Any, type_: pa.DataType) -> pa.Array:
+    """A column of n values as an Arrow array of ``type_``, built from its buffers (numbers
+    without a copy): ``pa.array`` gives the same arrays, but its first call imports pandas,
+    half a second in every fresh worker process."""
+    arr = np.asarray(values)
+    n = arr.shape[0]
+    if pa.types.is_string(type_) and arr.dtype.kind == "U":
+        distinct, inverse = np.unique(arr, return_inverse=True)
+        return _string_array(inverse.ravel().astype(np.int64), distinct)
+    if pa.types.is_boolean(type_):
+        bits = np.packbits(arr.astype(bool), bitorder="little")
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(bits)])
+    dtype = {pa.float64(): np.float64, pa.int64(): np.int64}.get(type_)
+    if dtype is None:  # other types (none in the schema): Arrow converts
+        return pa.array(arr.tolist(), type=type_)
+    data = np.ascontiguousarray(arr, dtype=dtype)
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(data)])

@@ -51,6 +51,37 @@ _MAX_CTAS_PER_SM = 8.0
 #: Order of the levels in ``bound`` (the index of the slowest level).
 BOUND_LEVELS = ("compute", "l1", "l2", "hbm")
 
+# The search runs on a (tiles, rows) grid: tile constants are (tiles, 1) columns and per-row
+# values (rows,) vectors, so each operation is a few long contiguous loops; the rows go in
+# blocks that stay in cache.
+_CTAS = np.clip(_FULL_SM_TILE / (_TM * _TN), 1.0, _MAX_CTAS_PER_SM)
+_TM_C, _TN_C, _CTAS_C = _TM[:, None], _TN[:, None], _CTAS[:, None]
+# Tile sides are powers of two: m / T_M is m × (1 / T_M) exactly, formed once per distinct side.
+_SIDES, _TM_SIDE = np.unique(_TM, return_inverse=True)
+_TN_SIDE = np.searchsorted(_SIDES, _TN)
+_INV_SIDES = (1.0 / _SIDES)[:, None]
+_COMPUTE_TILE = (2.0 * _CTAS * _TM * _TN)[:, None]
+_L2_TILE = (_TM + _TN)[:, None]
+#: Tiles whose wave holds the same output area (ctas_per_sm × T_M × T_N, a power of two like
+#: each factor, so the block area below is the same float for any SM count) share their HBM
+#: traffic; consecutive tiles of equal area form one group, evaluated once.
+_WAVE_AREA = _CTAS * _TM * _TN
+_GROUP_STARTS = np.flatnonzero(np.r_[True, _WAVE_AREA[1:] != _WAVE_AREA[:-1]])
+_GROUP_BOUNDS = tuple(zip(_GROUP_STARTS.tolist(), [*_GROUP_STARTS[1:].tolist(), len(_TM)],
+                          strict=True))  # fmt: skip
+_GROUP_OF_TILE = np.repeat(np.arange(len(_GROUP_STARTS)), np.diff(np.r_[_GROUP_STARTS, len(_TM)]))
+_GROUP_CTAS = _CTAS[_GROUP_STARTS][:, None]
+_GROUP_AREA = (_TM * _TN)[_GROUP_STARTS][:, None]
+#: Rows per block: (tiles, rows) float arrays of at most 120 KiB stay in cache and under glibc's
+#: 128 KiB mmap threshold (larger temporaries are mapped and page-faulted afresh each time:
+#: blocks of 1,500 rows took twice as long as blocks of 900).
+_BLOCK_ROWS = 120 * 1024 // (8 * len(TILE_SHAPES))
+_CAPS_FIELDS = (
+    "bytes_per_element", "num_sms", "peak_flops", "gemm_efficiency", "l1_bandwidth_Bps",
+    "l2_bandwidth_Bps", "l2_capacity_B", "hbm_bandwidth_Bps", "hbm_efficiency", "hbm_latency_s",
+    "warp_tile_m", "warp_tile_n", "cluster_size",
+)  # fmt: skip
+
 
 def _get(caps: DeviceCaps | Mapping[str, Any], name: str) -> F:
     value = caps[name] if isinstance(caps, Mapping) else getattr(caps, name)
@@ -80,81 +111,135 @@ def gemm(
         ``l1_bytes``, the chosen tile ``tile_m``/``tile_n`` and ``bound`` (index into
         :data:`BOUND_LEVELS`), each with the broadcast shape of the inputs.
     """
-    m_, n_, k_, b_ = (np.asarray(x, dtype=float)[..., None] for x in (m, n, k, batch))
-    p = _get(caps, "bytes_per_element")[..., None]
-    sms = _get(caps, "num_sms")[..., None]
-    peak = _get(caps, "peak_flops")[..., None] * _get(caps, "gemm_efficiency")[..., None]
-    l1_bw = _get(caps, "l1_bandwidth_Bps")[..., None]
-    l2_bw = _get(caps, "l2_bandwidth_Bps")[..., None]
-    l2_cap = _get(caps, "l2_capacity_B")[..., None]
-    hbm_bw = _get(caps, "hbm_bandwidth_Bps")[..., None] * _get(caps, "hbm_efficiency")[..., None]
-    hbm_lat = _get(caps, "hbm_latency_s")[..., None]
-    warp_m = _get(caps, "warp_tile_m")[..., None]
-    warp_n = _get(caps, "warp_tile_n")[..., None]
-    cluster = _get(caps, "cluster_size")[..., None]
-    # (Per-row factors are formed on the row axis first and meet the tile axis once, so each
-    # line below costs one or two operations on the (rows, tiles) grid.)
+    dims = [np.asarray(x, dtype=float) for x in (m, n, k, batch)]
+    device = {name: _get(caps, name) for name in _CAPS_FIELDS}
+    shape = np.broadcast_shapes(*(x.shape for x in (*dims, *device.values())))
+    size = int(np.prod(shape))
 
-    # Tile and wave quantisation: partial tiles cost full tiles; tiles run in waves over the
-    # SMs; a wave of small tiles keeps ctas_per_sm of them on each SM.
-    tiles = b_ * np.ceil(m_ / _TM) * np.ceil(n_ / _TN)
-    ctas_per_sm = np.clip(_FULL_SM_TILE / (_TM * _TN), 1.0, _MAX_CTAS_PER_SM)
-    slots = sms * ctas_per_sm
-    waves = np.ceil(tiles / slots)
-    compute_s = waves * ((k_ * sms / peak) * (2.0 * ctas_per_sm * _TM * _TN))
+    def flat(x: F) -> F:  # per-row values on one axis; scalars stay scalars
+        return x if x.ndim == 0 else np.broadcast_to(x, shape).reshape(-1)
 
+    flat_dims = [flat(x) for x in dims]
+    flat_device = {name: flat(x) for name, x in device.items()}
+    names = ("time_s",) if not detail else (
+        "time_s", "compute_s", "l1_s", "l2_s", "hbm_s", "l1_bytes", "l2_bytes", "hbm_bytes",
+        "tile_m", "tile_n", "bound")  # fmt: skip
+    out = {name: np.empty(size) for name in names}
+    for lo in range(0, max(size, 1), _BLOCK_ROWS):  # blocks of rows: small arrays, in cache
+        hi = min(lo + _BLOCK_ROWS, size)
+        m_, n_, k_, b_ = (x[lo:hi] if x.ndim else x for x in flat_dims)
+        block = {name: x[lo:hi] if x.ndim else x for name, x in flat_device.items()}
+        terms = _row_terms(m_, n_, k_, b_, block)
+        for name, value in _tile_search(terms, detail).items():
+            out[name][lo:hi] = value
+    final = {name: v.reshape(shape) for name, v in out.items()}
+    final["time_s"] = np.asarray(final["time_s"] + _get(caps, "kernel_launch_s"), dtype=float)
+    if detail:
+        m_, n_, k_, b_ = dims
+        final["flops"] = np.asarray(2.0 * b_ * m_ * n_ * k_, dtype=float)
+        order = ("time_s", "flops", "compute_s", "l1_s", "l2_s", "hbm_s", "l1_bytes",
+                 "l2_bytes", "hbm_bytes", "tile_m", "tile_n", "bound")  # fmt: skip
+        final = {name: final[name] for name in order}
+    return final
+
+
+def _row_terms(m_: F, n_: F, k_: F, b_: F, d: Mapping[str, F]) -> dict[str, F]:
+    """What the tile search needs of each row: shapes, per-row factors of the level times,
+    and the HBM time, which depends on the tile only through its group (tiles first)."""
+    p = d["bytes_per_element"]
+    sms = d["num_sms"]
+    peak = d["peak_flops"] * d["gemm_efficiency"]
+    l1_bw = d["l1_bandwidth_Bps"]
+    l2_bw = d["l2_bandwidth_Bps"]
+    l2_cap = d["l2_capacity_B"]
+    hbm_bw = d["hbm_bandwidth_Bps"] * d["hbm_efficiency"]
+    warp_m, warp_n = d["warp_tile_m"], d["warp_tile_n"]
     # Shared memory -> matrix units: each MMA issuer (warp / warpgroup) of tile warp_m × warp_n
     # reads its A fragment once per warp_n columns and B once per warp_m rows; compared with
     # the L1 bandwidth of all SMs together (SM parallelism counted once).
-    l1_per_tile = _TM * _TN * (1.0 / np.minimum(_TN, warp_n) + 1.0 / np.minimum(_TM, warp_m))
-    l1_s = tiles * ((k_ * p / l1_bw) * l1_per_tile)
+    l1_per_tile = _TM_C * _TN_C * (1.0 / np.minimum(_TN_C, warp_n)
+                                   + 1.0 / np.minimum(_TM_C, warp_m))  # fmt: skip
     # L2 -> SMs: each CTA streams its A panel (T_M × k) and B panel (k × T_N), shared by the
     # CTAs of a cluster through multicast; C is written once.
     c_bytes = m_ * n_ * p
-    l2_s = tiles * ((k_ * p / (cluster * l2_bw)) * (_TM + _TN)) + c_bytes * b_ / l2_bw
     # HBM: compulsory A, B, C. When one operand fits in half of L2 it stays resident while the
     # other streams once; when neither does, operands are re-read once per block of output
-    # that one wave keeps resident (a square-ish block of slots × tile area).
+    # that one wave keeps resident (a square-ish block of slots × tile area: one per group).
     a_bytes = m_ * k_ * p
     b_bytes = k_ * n_ * p
     fits = ((a_bytes + b_bytes) <= l2_cap) | (np.minimum(a_bytes, b_bytes) <= l2_cap / 2)
     compulsory = b_ * (a_bytes + b_bytes + c_bytes)
     if np.all(fits):
-        hbm_bytes = np.broadcast_to(compulsory, np.broadcast_shapes(compulsory.shape, _TM.shape))
+        hbm_bytes = compulsory * np.ones((1, 1))
     else:
-        block_area = slots * (_TM * _TN)
+        block_area = (sms * _GROUP_CTAS) * _GROUP_AREA
         m_blk = np.minimum(m_, np.sqrt(block_area))
         n_blk = np.minimum(n_, block_area / m_blk)
         reread = a_bytes * np.maximum(1.0, n_ / n_blk) + b_bytes * np.maximum(1.0, m_ / m_blk)
         hbm_bytes = np.where(fits, compulsory, b_ * (reread + c_bytes))
-    hbm_s = hbm_bytes / hbm_bw + hbm_lat
+    return {
+        "m": m_, "n": n_, "b": b_, "sms": sms,
+        "compute_per_tile": k_ * sms / peak,
+        "l1_per_tile": l1_per_tile,
+        "l1_per_byte": k_ * p / l1_bw,
+        "l2_per_byte": k_ * p / (d["cluster_size"] * l2_bw),
+        "l2_c": c_bytes * b_ / l2_bw,
+        "l1_bw": l1_bw, "l2_bw": l2_bw,
+        "hbm_bytes": hbm_bytes,
+        "hbm_s": hbm_bytes / hbm_bw + d["hbm_latency_s"],
+    }  # fmt: skip
+
+
+def _tile_search(t: Mapping[str, F], detail: bool) -> dict[str, F]:
+    """The tile search for one block of rows, given their :func:`_row_terms`."""
+    # (Per-row factors are formed on the row axis first and meet the tile axis once, so each
+    # line below costs one or two operations on the (tiles, rows) grid.)
+
+    # Tile and wave quantisation: partial tiles cost full tiles; tiles run in waves over the
+    # SMs; a wave of small tiles keeps ctas_per_sm of them on each SM.
+    tiles_m = np.ceil(t["m"] * _INV_SIDES)[_TM_SIDE]
+    tiles_n = np.ceil(t["n"] * _INV_SIDES)[_TN_SIDE]
+    b_ = t["b"]
+    tiles = (tiles_m if b_.ndim == 0 and b_ == 1.0 else b_ * tiles_m) * tiles_n  # (× 1: same)
+    waves = np.ceil(tiles / (t["sms"] * _CTAS_C))
+    compute_s = waves * (t["compute_per_tile"] * _COMPUTE_TILE)
+    l1_s = tiles * (t["l1_per_byte"] * t["l1_per_tile"])
+    l2_s = tiles * (t["l2_per_byte"] * _L2_TILE) + t["l2_c"]
+    hbm_s, hbm_bytes = t["hbm_s"], t["hbm_bytes"]
+
+    if not detail:
+        # min over tiles of max(compute, L1, L2, HBM) = min over groups of max(HBM of the
+        # group, min over its tiles of max(compute, L1, L2)): equal, as min and max round
+        # nothing.
+        inner = np.maximum(np.maximum(compute_s, l1_s), l2_s)
+        per_group = np.empty((len(_GROUP_BOUNDS), inner.shape[1]))
+        for g, (start, stop) in enumerate(_GROUP_BOUNDS):
+            np.minimum.reduce(inner[start:stop], axis=0, out=per_group[g])
+        return {"time_s": np.maximum(per_group, hbm_s).min(axis=0)}
+    if hbm_s.shape[0] > 1:
+        hbm_s, hbm_bytes = hbm_s[_GROUP_OF_TILE], hbm_bytes[_GROUP_OF_TILE]
     compute_b, l1_b, l2_b, hbm_b = np.broadcast_arrays(compute_s, l1_s, l2_s, hbm_s)
     kernel_s = np.maximum(np.maximum(compute_b, l1_b), np.maximum(l2_b, hbm_b))
-    best = np.argmin(kernel_s, axis=-1)[..., None]
+    choice = np.argmin(kernel_s, axis=0)[None]
 
     def pick(x: F) -> F:
         full = np.broadcast_to(x, kernel_s.shape)
-        return np.take_along_axis(full, best, axis=-1)[..., 0]
+        return np.take_along_axis(full, choice, axis=0)[0]
 
-    launch = _get(caps, "kernel_launch_s")
-    if not detail:
-        return {"time_s": np.asarray(pick(kernel_s) + launch, dtype=float)}
     picked = [pick(level) for level in (compute_b, l1_b, l2_b, hbm_b)]
-    out = {
-        "time_s": pick(kernel_s) + launch,
-        "flops": (2.0 * b_ * m_ * n_ * k_)[..., 0],
+    return {
+        "time_s": pick(kernel_s),
         "compute_s": picked[0],
         "l1_s": picked[1],
         "l2_s": picked[2],
         "hbm_s": picked[3],
-        "l1_bytes": pick(l1_s * l1_bw),
-        "l2_bytes": pick(l2_s * l2_bw),
+        "l1_bytes": picked[1] * t["l1_bw"],
+        "l2_bytes": picked[2] * t["l2_bw"],
         "hbm_bytes": pick(hbm_bytes),
-        "tile_m": pick(np.broadcast_to(_TM, kernel_s.shape)),
-        "tile_n": pick(np.broadcast_to(_TN, kernel_s.shape)),
+        "tile_m": _TM[choice[0]],
+        "tile_n": _TN[choice[0]],
         "bound": np.argmax(np.stack(picked), axis=0).astype(float),
     }
-    return {name: np.asarray(v, dtype=float) for name, v in out.items()}
 
 
 @lru_cache(maxsize=65536)

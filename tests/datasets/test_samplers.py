@@ -10,8 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepflow.datasets.samplers import (
+    _SIMPLEX_ITERATIONS,
     BLOCK_ROWS,
+    _median_parts,
     _permute,
+    _sum_parts,
     decode_continuous,
     decode_index,
     decode_integer,
@@ -126,3 +129,71 @@ def test_bounded_simplex_spreads_every_part_over_its_range() -> None:
         span = high[j] - low[j]
         inner = (x[:, j] > low[j] + 0.05 * span) & (x[:, j] < high[j] - 0.05 * span)
         assert inner.mean() > 0.5
+
+
+def _bounded_simplex_reference(u: np.ndarray, low: list[float], high: list[float]) -> np.ndarray:
+    """The logit-shift map as first written: rows × parts, every Newton step on every row."""
+    lo = np.asarray(low, dtype=float)
+    cap = np.asarray(high, dtype=float) - lo
+    total = 1.0 - lo.sum()
+    z = np.clip(u, 1e-12, 1.0 - 1e-12)
+    odds = z / (1.0 - z)
+    logit = np.log(odds)
+    mean_share = min(max(total / cap.sum(), 1e-12), 1.0 - 1e-12)
+    centre = np.log(mean_share) - np.log1p(-mean_share)
+    lo_shift = centre - logit.max(axis=1)
+    hi_shift = centre - logit.min(axis=1)
+    shift = centre - np.median(logit, axis=1)
+    for _ in range(_SIMPLEX_ITERATIONS):
+        q = odds * np.exp(shift)[:, None]
+        p = q / (1.0 + q)
+        excess = (cap * p).sum(axis=1) - total
+        slope = (cap * p * (1.0 - p)).sum(axis=1)
+        lo_shift = np.where(excess < 0, shift, lo_shift)
+        hi_shift = np.where(excess < 0, hi_shift, shift)
+        newton = shift - np.divide(excess, slope, out=np.zeros(len(u)), where=slope > 0)
+        inside = (newton >= lo_shift) & (newton <= hi_shift) & (slope > 0)
+        shift = np.where(inside, newton, 0.5 * (lo_shift + hi_shift))
+    q = odds * np.exp(shift)[:, None]
+    free = cap * q / (1.0 + q)
+    mass = free.sum(axis=1, keepdims=True)
+    free = np.minimum(free * np.divide(total, mass, out=np.ones_like(mass), where=mass > 0), cap)
+    short = total - free.sum(axis=1, keepdims=True)
+    room = cap - free
+    share = np.divide(short, room.sum(axis=1, keepdims=True), out=np.zeros_like(short),
+                      where=(short > 0) & (room.sum(axis=1, keepdims=True) > 0))  # fmt: skip
+    return lo + free + room * share
+
+
+@pytest.mark.parametrize("bounds", [
+    ([0.40, 0.02, 0.02, 0.02, 0.05, 0.005, 0.001, 0.0],
+     [0.80, 0.15, 0.10, 0.10, 0.18, 0.03, 0.01, 0.10]),  # configs/spaces/llm-pathfinding.yaml
+    ([0.1, 0.2, 0.3], [0.2, 0.5, 0.9]),
+    ([0.3, 0.3], [0.7, 0.7]),
+    ([0.01 * i for i in range(11)], [0.01 * i + 0.15 for i in range(11)]),
+])  # fmt: skip
+def test_bounded_simplex_equals_every_step_on_every_row(bounds: tuple[list[float], list[float]],
+                                                        ) -> None:  # fmt: skip
+    # Rows leave the Newton loop at their fixed point and the parts run along the first
+    # axis: the same floats as the plain loop.
+    low, high = bounds
+    assert simplex_dims(low, high) == len(low)
+    u = np.random.default_rng(7).random((5000, len(low)))
+    u[:3] = [[0.0], [1.0], [0.5]]
+    assert np.array_equal(decode_simplex(u, low, high), _bounded_simplex_reference(u, low, high))
+
+
+@pytest.mark.parametrize("k", [*range(1, 20), 64, 127, 128, 129, 300])
+def test_sum_over_parts_adds_in_numpys_order(k: int) -> None:
+    rng = np.random.default_rng(k)
+    x = rng.normal(size=(2000, k)) * np.exp(rng.normal(0, 8, (2000, k)))
+    x[:5] = 0.0
+    assert np.array_equal(_sum_parts(np.ascontiguousarray(x.T)), x.sum(axis=1))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 8, 9])
+def test_median_over_parts_is_numpys(k: int) -> None:
+    x = np.random.default_rng(k).normal(size=(500, k))
+    x[0, 0] = np.nan
+    assert np.array_equal(_median_parts(np.ascontiguousarray(x.T)), np.median(x, axis=1),
+                          equal_nan=True)  # fmt: skip
