@@ -35,7 +35,7 @@ from deepflow.config import (
     scenario_from_mapping,
 )
 from deepflow.config._schema import Ctx, check_choice, check_keys, describe_value, suggest
-from deepflow.config.loader import load_technology_ref, preset_path
+from deepflow.config.loader import load_technology_ref, preset_file, preset_path
 from deepflow.config.specs import (
     RECOMPUTE_MODES,
     WORKLOAD_PRECISIONS,
@@ -824,17 +824,7 @@ def load_space(path: str | Path) -> DesignSpace:
     Raises:
         ConfigError: the message names the file and the dotted key of the problem.
     """
-    p = Path(path)
-    if not p.exists() and not str(path).endswith((".yaml", ".yml")):
-        found = preset_path("spaces", str(path))
-        if found is None:
-            names = list_presets("spaces")
-            near = suggest(str(path), names)
-            hint = f"; did you mean '{near}'?" if near else "."
-            raise ConfigError(
-                f"{path}: no such file or space preset{hint} Available: {', '.join(names)}."
-            )
-        p = found
+    p = preset_file("spaces", "space", path)
     raw = read_yaml(p, what="a design-space mapping")
     text = p.read_text(encoding="utf-8")
     return space_from_text(text, file=str(path), base_dir=p.resolve().parent, raw=raw)
