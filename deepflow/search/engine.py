@@ -496,9 +496,7 @@ def run_inner(problem: Problem, config: SearchConfig) -> F:
     sampler = make_sampler(
         s.strategy, seed=s.seed, batch_size=s.batch_size, initial_points=s.initial_points
     )
-    study = optuna.create_study(
-        sampler=sampler, directions=_directions(config)
-    )
+    study = optuna.create_study(sampler=sampler, directions=_directions(config))
     searcher = OptunaSearcher(ss, s.strategy)
     out: list[F] = []
     done = 0

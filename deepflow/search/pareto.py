@@ -58,8 +58,9 @@ def hypervolume(points: F, feasible: NDArray[np.bool_] | None = None) -> float:
     return float(part.compute_hypervolume())
 
 
-def greedy_hypervolume_selection(candidates: F, front: F, q: int, *,
-                                 num_samples: int = 32768, seed: int = 0) -> list[int]:
+def greedy_hypervolume_selection(
+    candidates: F, front: F, q: int, *, num_samples: int = 32768, seed: int = 0
+) -> list[int]:
     """Pick up to ``q`` rows of ``candidates`` that add the most hypervolume to ``front``.
 
     Greedy: each step takes the candidate with the largest hypervolume improvement over the
@@ -94,9 +95,7 @@ def greedy_hypervolume_selection(candidates: F, front: F, q: int, *,
         dominated = np.zeros((idx.size, num_samples), dtype=bool)
         for start in range(0, idx.size, 256):
             block = cand[idx[start : start + 256]]
-            dominated[start : start + 256] = (samples[None, :, :] <= block[:, None, :]).all(
-                axis=2
-            )
+            dominated[start : start + 256] = (samples[None, :, :] <= block[:, None, :]).all(axis=2)
         for _ in range(min(q, idx.size)):
             gain = (dominated & ~covered).sum(axis=1)
             j = int(gain.argmax())

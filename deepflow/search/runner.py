@@ -199,8 +199,13 @@ def search_study(
         raise
 
 
-def _search_study(study: Study, out: Path, storage: str | None, progress: Progress | None,
-                  timings: dict[str, float] | None) -> StudyOutcome:
+def _search_study(
+    study: Study,
+    out: Path,
+    storage: str | None,
+    progress: Progress | None,
+    timings: dict[str, float] | None,
+) -> StudyOutcome:
     timings = timings if timings is not None else {}
     problem = OracleProblem(study.space)
     model, dataset = (
