@@ -373,18 +373,28 @@ def _print_fit(report: dict[str, Any]) -> None:
 @app.command()
 def query(
     model_dir: Annotated[Path, typer.Argument(help="Surrogate folder (deepflow fit --out).")],
-    points: Annotated[Path, typer.Argument(help="Parquet file with the x_* columns.")],
+    points: Annotated[
+        Path,
+        typer.Argument(
+            help="Parquet file with the x_* columns, or a .yaml/.yml list of designs "
+            "(variable: value mappings; a simplex as a mapping of its parts)."
+        ),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict the targets (median, std, 95 % interval) and P(feasible) at POINTS."""
 
     def body() -> None:
         from deepflow.datasets import load
-        from deepflow.surrogate import SurrogateModel
+        from deepflow.surrogate import SurrogateModel, read_points
 
-        df = load(points, validate=False)
-        space = str(df.attrs.get("deepflow", {}).get("space_sha256", ""))
-        model = SurrogateModel.load(model_dir, space_sha256=space or None)
+        if points.suffix.lower() in (".yaml", ".yml"):
+            model = SurrogateModel.load(model_dir)
+            df = read_points(points, model)
+        else:
+            df = load(points, validate=False)
+            space = str(df.attrs.get("deepflow", {}).get("space_sha256", ""))
+            model = SurrogateModel.load(model_dir, space_sha256=space or None)
         pred = model.predict(df)
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
                 for r in pred.to_dict(orient="records")]  # fmt: skip

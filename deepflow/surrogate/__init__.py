@@ -3,8 +3,10 @@
 Every surrogate follows scikit-learn (``fit(X, Y) -> self``, ``predict(X, return_std=False)``,
 learned attributes end in ``_``, ``NotFittedError`` before ``fit``, ``random_state``) on
 encoded arrays; :class:`SurrogateModel` adds the dataset's encoding, log targets and the
-feasibility classifier, and saves to / loads from a folder. torch and BoTorch are imported
-only when a torch surrogate is fitted or loaded.
+feasibility classifier, and saves to / loads from a folder; :func:`read_points` reads query
+points from YAML; :class:`SurrogatePosteriorModel` (in ``botorch_adapter``) turns a fitted model
+into a BoTorch ``Model`` over the design space's unit cube. torch and BoTorch are imported only
+when a torch surrogate is fitted or loaded, or the adapter is used.
 
 Example:
     >>> from deepflow.datasets import load                            # doctest: +SKIP
@@ -12,6 +14,8 @@ Example:
     >>> model, report = fit_surrogate(load("d.parquet"), "mlp", random_state=0)
     >>> model.save("surrogate/"); SurrogateModel.load("surrogate/").predict(points)
 """
+
+from typing import TYPE_CHECKING, Any
 
 from deepflow.surrogate.base import Surrogate, check_X
 from deepflow.surrogate.encoding import FeatureEncoder, FeatureSpec, TargetTransform
@@ -25,8 +29,12 @@ from deepflow.surrogate.model import (
     fit_surrogate,
     score,
 )
+from deepflow.surrogate.points import read_points
 from deepflow.surrogate.registry import SURROGATES, make_surrogate, surrogate_class
 from deepflow.surrogate.svgp import SVGP
+
+if TYPE_CHECKING:  # imported on first use (BoTorch takes about a second to import)
+    from deepflow.surrogate.botorch_adapter import SurrogatePosteriorModel
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -41,10 +49,21 @@ __all__ = [
     "MLPEnsemble",
     "Surrogate",
     "SurrogateModel",
+    "SurrogatePosteriorModel",
     "TargetTransform",
     "check_X",
     "fit_surrogate",
     "make_surrogate",
+    "read_points",
     "score",
     "surrogate_class",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``SurrogatePosteriorModel`` on first use: it imports BoTorch (about a second)."""
+    if name == "SurrogatePosteriorModel":
+        from deepflow.surrogate.botorch_adapter import SurrogatePosteriorModel
+
+        return SurrogatePosteriorModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

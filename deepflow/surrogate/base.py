@@ -66,6 +66,8 @@ class Surrogate(BaseEstimator, ABC):
 
     #: Name used by the CLI and in saved metadata.
     kind: str = ""
+    #: Whether :meth:`predict_torch` propagates gradients to its input (torch autograd).
+    differentiable: bool = False
 
     def fit(self, X: Any, Y: Any) -> Surrogate:
         """Fit on ``X`` (n, p) and ``Y`` (n, q) or (n,); returns ``self``."""
@@ -90,6 +92,33 @@ class Surrogate(BaseEstimator, ABC):
             mean = mean[:, 0]
             std = None if std is None else std[:, 0]
         return (mean, std) if return_std else mean
+
+    def predict_torch(self, X: Any) -> tuple[Any, Any]:
+        """Mean and std, each (n, q) (2-D even if fitted on 1-D ``Y``), as torch tensors.
+
+        The values equal :meth:`predict`'s (``return_std=True``). Surrogates with
+        ``differentiable = True`` (the MLP ensemble, the GPs) compute them with torch
+        operations, so gradients flow back to ``X``; the others predict with numpy and return
+        tensors without a gradient. ``X`` is an (n, p) float tensor of encoded features.
+
+        Raises:
+            NotFittedError: before ``fit``.
+            ConfigError: ``X`` not 2-D or of the wrong width.
+        """
+        check_is_fitted(self, "n_features_in_")
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ConfigError(
+                f"X must have shape (n, {self.n_features_in_}); got {tuple(X.shape)}."
+            )
+        mean, std = self._predict_torch(X)
+        return mean.to(X.dtype), std.to(X.dtype)
+
+    def _predict_torch(self, X: Any) -> tuple[Any, Any]:
+        """Default: numpy :meth:`_predict`, no gradient."""
+        import torch
+
+        mean, std = self._predict(check_X(X.detach().cpu().numpy(), self.n_features_in_), True)
+        return torch.as_tensor(mean), torch.as_tensor(std)
 
     # ---------------------------------------------------------------- subclass hooks
     @abstractmethod

@@ -1,10 +1,14 @@
 """Feature encoding and target transforms derived from a dataset, stored with the model.
 
 Inputs (``x_*`` columns): strings become one-hot columns (choices in the space's declared
-order), booleans 0/1, simplex shares stay as they are, other numbers are log-scaled when
-positive and either declared ``scale: log`` in the space or spanning more than two decades;
-every encoded column is then scaled to the unit cube with the training data's range. Constant
-columns (``fixed`` variables) are dropped.
+order), booleans 0/1. Numbers whose domain is positive (the space's lower bound, or the data's
+minimum for an undeclared column) are encoded twice, as they are and as their log, so that
+products of inputs (die area × area share, tensor × pipeline parallelism) are sums of features
+and a network or kernel learns them easily; other numbers stay linear. With
+``both_scales=False`` a number is either log-scaled (positive and declared ``scale: log`` or
+spanning more than ``log_ratio``; not simplex shares) or linear. Every encoded column is then
+scaled to the unit cube with the training data's range. Constant columns (``fixed`` variables)
+are dropped.
 
 Targets (``y_*``/``c_*``): times, energies, powers and areas (unit suffix ``_s``, ``_J``,
 ``_W``, ``_mm2``) are modelled in log space when all training values are positive; the
@@ -57,8 +61,9 @@ class FeatureEncoder:
         >>> X = enc.transform(df)          # (n, enc.num_features_)
     """
 
-    def __init__(self, *, log_ratio: float = _LOG_RATIO) -> None:
+    def __init__(self, *, log_ratio: float = _LOG_RATIO, both_scales: bool = True) -> None:
         self.log_ratio = log_ratio
+        self.both_scales = both_scales
 
     def fit(self, df: Any) -> FeatureEncoder:
         """Derive the encoding from a dataset (``df.attrs["deepflow"]["variables"]`` if any)."""
@@ -81,10 +86,16 @@ class FeatureEncoder:
                 v = values.to_numpy(dtype=float)
                 if not np.isfinite(v).all():
                     raise ConfigError(f"input column '{col}' has NaN or infinite values.")
-                positive = bool((v > 0).all()) and var.get("type") != "simplex"  # shares as-is
-                log = positive and bool(
+                positive = bool((v > 0).all())
+                if self.both_scales and positive and _declared_positive(var, col):
+                    t = np.log(v)
+                    specs.append(FeatureSpec(col, "numeric", False, float(v.min()), float(v.max())))
+                    specs.append(FeatureSpec(col, "numeric", True, float(t.min()), float(t.max())))
+                    continue
+                wide = positive and (
                     var.get("scale") == "log" or v.max() / v.min() > self.log_ratio
                 )
+                log = not self.both_scales and var.get("type") != "simplex" and bool(wide)
                 t = np.log(v) if log else v
                 specs.append(FeatureSpec(col, "numeric", log, float(t.min()), float(t.max())))
             else:
@@ -118,11 +129,12 @@ class FeatureEncoder:
 
         if not hasattr(self, "features_"):
             raise NotFittedError("FeatureEncoder is not fitted yet; call fit(df) first.")
-        missing = [s.column for s in self.features_ if s.column not in df.columns]
+        missing = list(dict.fromkeys(s.column for s in self.features_ if s.column not in df))
         if missing:
+            needed = dict.fromkeys(s.column for s in self.features_)
             raise ConfigError(
                 f"the points lack input column(s) {', '.join(missing)}; the model needs "
-                f"{', '.join(s.column for s in self.features_)}."
+                f"{', '.join(needed)}."
             )
         out = np.empty((len(df), self.num_features_), dtype=np.float64)
         j = 0
@@ -150,15 +162,32 @@ class FeatureEncoder:
             j += s.width
         return out
 
+    def derivative(self, column: str, values: Any) -> list[tuple[int, NDArray[np.float64]]]:
+        """d feature / d value of a numeric ``column`` at ``values`` (n,), per feature it feeds.
+
+        Returns (feature index, derivative (n,)) pairs: none for a column the encoder drops or
+        encodes as a category, two for a column encoded linearly and as its log.
+        """
+        out = []
+        j = 0
+        v = np.asarray(values, dtype=float)
+        for s in self.features_:
+            if s.column == column and s.kind == "numeric":
+                span = s.hi - s.lo if s.hi > s.lo else 1.0
+                out.append((j, 1.0 / (v * span) if s.log else np.full(v.shape, 1.0 / span)))
+            j += s.width
+        return out
+
     def fit_transform(self, df: Any) -> NDArray[np.float64]:
         return self.fit(df).transform(df)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"log_ratio": self.log_ratio, "features": [asdict(s) for s in self.features_]}
+        return {"log_ratio": self.log_ratio, "both_scales": self.both_scales,
+                "features": [asdict(s) for s in self.features_]}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureEncoder:
-        enc = cls(log_ratio=float(data["log_ratio"]))
+        enc = cls(log_ratio=float(data["log_ratio"]), both_scales=data.get("both_scales") is True)
         enc.features_ = [
             FeatureSpec(
                 column=str(s["column"]), kind=str(s["kind"]), log=s["log"] is True,
@@ -168,6 +197,19 @@ class FeatureEncoder:
         ]  # fmt: skip
         enc.num_features_ = sum(s.width for s in enc.features_)
         return enc
+
+
+def _declared_positive(var: Mapping[str, Any], column: str) -> bool:
+    """Whether the space's domain of ``column`` excludes 0 (True for undeclared columns)."""
+    typ = var.get("type")
+    if typ in ("continuous", "integer"):
+        return float(var.get("low", 0.0)) > 0
+    if typ == "simplex":
+        lows, columns = list(var.get("low", [])), list(var.get("columns", []))
+        return len(lows) == len(columns) and float(lows[columns.index(column)]) > 0
+    if typ == "categorical":
+        return all(not isinstance(c, bool) and c > 0 for c in var.get("choices", []))
+    return True
 
 
 class TargetTransform:

@@ -26,6 +26,11 @@ _Z95 = 1.959963984540054
 class MLPEnsemble(Surrogate):
     """Deep ensemble of ``num_members`` MLPs with ``num_layers`` SiLU layers of ``width``.
 
+    The defaults are what ``benchmarks/surrogate_accuracy.py`` tuned on 16k rows of the LLM
+    space: 3 members (4 gave 1.75 % MAPE on step time instead of 1.86 % at a third more query
+    cost, 5 no better), SiLU (hardswish is 20 % cheaper to query but gave 2.5 %), 400 epochs of
+    batches of 256 with a cosine-decayed step.
+
     Args:
         num_members: ensemble size (>= 2 for an uncertainty).
         width: hidden units per layer.
@@ -39,18 +44,19 @@ class MLPEnsemble(Surrogate):
     """
 
     kind = "mlp"
+    differentiable = True
 
     def __init__(
         self,
-        num_members: int = 5,
+        num_members: int = 3,
         width: int = 64,
         num_layers: int = 2,
         *,
-        epochs: int = 200,
-        batch_size: int = 128,
-        learning_rate: float = 3e-3,
+        epochs: int = 400,
+        batch_size: int = 256,
+        learning_rate: float = 5e-3,
         weight_decay: float = 1e-5,
-        calibration_fraction: float = 0.1,
+        calibration_fraction: float = 0.05,
         random_state: int | None = 0,
     ) -> None:
         self.num_members = num_members
@@ -136,25 +142,87 @@ class MLPEnsemble(Surrogate):
             ratio = np.abs(Y[cal] - mean) / np.maximum(std, 1e-12 * self.y_std_)
             self.std_scale_ = np.maximum(np.quantile(ratio, 0.95, axis=0) / _Z95, 1e-3)
 
-    def _raw_predict(self, X: Array, chunk: int = 16384) -> tuple[Array, Array]:
-        import torch
+    def _core(self, x: Any) -> tuple[Any, Any]:
+        """Raw float32 features (n, p) -> the members' mean and spread (n, q), standardised.
 
+        One batched forward of the whole ensemble: the first layer of every member is one
+        (p, members x width) matrix product (they share the input), the others batched over
+        the members; activations in place when no gradient is recorded. The numpy
+        :meth:`predict` and the differentiable :meth:`predict_torch` both run this.
+        """
+        import torch
+        from torch.nn.functional import silu
+
+        m, n = self.num_members, x.shape[0]
         lo = torch.as_tensor(self.x_lo_, dtype=torch.float32)
         inv = torch.as_tensor(1.0 / self.x_span_, dtype=torch.float32)
-        mean = np.empty((X.shape[0], len(self.y_mean_)))
-        std = np.zeros_like(mean)
-        with torch.inference_mode():
-            for start in range(0, X.shape[0], chunk):
-                x = (torch.as_tensor(X[start : start + chunk], dtype=torch.float32) - lo) * inv
-                out = self._forward(self.params_, x.expand(self.num_members, -1, -1))
-                mean[start : start + chunk] = out.mean(dim=0).numpy()
-                if self.num_members > 1:
-                    std[start : start + chunk] = out.std(dim=0, correction=0).numpy()
+        inplace = not torch.is_grad_enabled()
+        w, b = self.params_[0], self.params_[1]
+        first = w.permute(1, 0, 2).reshape(w.shape[1], -1)  # (p, members * width)
+        h = silu(torch.addmm(b.reshape(-1), (x - lo) * inv, first), inplace=inplace)
+        h = h.view(n, m, -1).transpose(0, 1)  # (members, n, width), a strided view
+        last = len(self.params_) - 2
+        for i in range(2, len(self.params_), 2):
+            h = torch.baddbmm(self.params_[i + 1], h, self.params_[i])
+            if i < last:
+                h = silu(h, inplace=inplace)
+        mean = h.sum(dim=0) / m
+        if m == 1:
+            return mean, torch.zeros_like(mean)
+        dev = h - mean
+        # + 1e-30: a finite gradient where all members agree (invisible in float32 otherwise)
+        return mean, ((dev * dev).sum(dim=0) / m + 1e-30).sqrt()
+
+    def _raw_predict(self, X: Array, chunk: int = 2048) -> tuple[Array, Array]:
+        """Mean and uncalibrated spread (n, q) in the targets' units; float32 inference.
+
+        Chunks of ``chunk`` rows (they stay in cache) are shared out over
+        ``torch.get_num_threads()`` Python threads, each running single-threaded torch
+        operations: no per-operation synchronisation, and the same result for any number of
+        threads (each row's arithmetic does not depend on the split).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        import torch
+
+        n, q = X.shape[0], len(self.y_mean_)
+        mean = np.empty((n, q), dtype=np.float32)
+        std = np.empty((n, q), dtype=np.float32)
+
+        def work(starts: range) -> None:
+            with torch.inference_mode():
+                for s in starts:
+                    x = torch.as_tensor(np.asarray(X[s : s + chunk], dtype=np.float32))
+                    mu, sd = self._core(x)
+                    mean[s : s + chunk] = mu.numpy()
+                    std[s : s + chunk] = sd.numpy()
+
+        starts = range(0, n, chunk)
+        threads = torch.get_num_threads()
+        workers = min(threads, len(starts))
+        if workers <= 1:
+            work(starts)
+        else:
+            torch.set_num_threads(1)
+            try:
+                with ThreadPoolExecutor(workers) as pool:
+                    list(pool.map(work, [starts[i::workers] for i in range(workers)]))
+            finally:
+                torch.set_num_threads(threads)
         return mean * self.y_std_ + self.y_mean_, std * self.y_std_
 
     def _predict(self, X: Array, return_std: bool) -> tuple[Array, Array | None]:
         mean, std = self._raw_predict(X)
         return mean, (std * self.std_scale_ if return_std else None)
+
+    def _predict_torch(self, X: Any) -> tuple[Any, Any]:
+        import torch
+
+        mu, sd = self._core(X.to(torch.float32))
+        y_mean = torch.as_tensor(self.y_mean_, dtype=torch.float64)
+        y_std = torch.as_tensor(self.y_std_, dtype=torch.float64)
+        scale = torch.as_tensor(self.std_scale_, dtype=torch.float64)
+        return mu.to(torch.float64) * y_std + y_mean, sd.to(torch.float64) * y_std * scale
 
     # ---------------------------------------------------------------- persistence
     def _save_state(self, path: Path) -> None:

@@ -55,7 +55,9 @@ class SurrogateModel:
         kind: the surrogate's name (``mlp``, ``gp``, ``gbt``).
         targets: the modelled columns, in order.
         space_sha256: hash of the design space the training data came from ("" if unknown).
-        metrics: held-out scores from :func:`fit_surrogate` (per target).
+        info: what :func:`fit_surrogate` recorded: ``metrics`` (held-out scores per target),
+            ``fit_seconds``, ``num_train``, ``seed``, ``oracle_version`` and ``variables``
+            (the space's variable descriptions, used to check query points).
     """
 
     def __init__(
@@ -183,8 +185,8 @@ class SurrogateModel:
                 classifier = joblib.load(p / "feasibility.joblib")
             except Exception as exc:  # a damaged pickle raises many types
                 raise ConfigError(f"{p}: cannot read feasibility.joblib ({exc}).") from exc
-        info = {k: v for k, v in meta.items() if k in ("metrics", "fit_seconds", "num_train",
-                                                       "oracle_version", "seed")}  # fmt: skip
+        kept = ("metrics", "fit_seconds", "num_train", "oracle_version", "seed", "variables")
+        info = {k: v for k, v in meta.items() if k in kept}
         return cls(encoder=encoder, target_transform=transform, model=model,
                    classifier=classifier, space_sha256=fitted, info=info)  # fmt: skip
 
@@ -221,6 +223,7 @@ def fit_surrogate(
     random_state: int = 0,
     params: dict[str, Any] | None = None,
     log_ratio: float = 100.0,
+    both_scales: bool = True,
 ) -> tuple[SurrogateModel, dict[str, Any]]:
     """Fit a surrogate on a dataset and score it on a held-out split.
 
@@ -232,8 +235,10 @@ def fit_surrogate(
         max_train_rows: subsample the training split to this many rows (e.g. for ``gp``).
         random_state: seed of the split, the subsample and the surrogate.
         params: extra hyperparameters for the surrogate's constructor.
-        log_ratio: log-scale positive inputs whose max/min exceeds this (besides those the
-            space declares ``scale: log``).
+        log_ratio: with ``both_scales=False``, log-scale positive inputs whose max/min
+            exceeds this (besides those the space declares ``scale: log``).
+        both_scales: encode inputs with a positive domain both linearly and as logs (see
+            :class:`~deepflow.surrogate.encoding.FeatureEncoder`).
 
     Returns:
         The fitted model and a report: ``metrics`` (per target: ``mape``, ``r2``,
@@ -276,7 +281,7 @@ def fit_surrogate(
     start = time.perf_counter()
     train_df = data.iloc[train]
     train_df.attrs = dict(getattr(df, "attrs", {}))
-    encoder = FeatureEncoder(log_ratio=log_ratio).fit(train_df)
+    encoder = FeatureEncoder(log_ratio=log_ratio, both_scales=both_scales).fit(train_df)
     transform = TargetTransform(targets).fit(Y_all[train])
     X_train = encoder.transform(train_df)
     model = make_surrogate(surrogate, random_state=random_state, **(params or {}))
@@ -289,7 +294,8 @@ def fit_surrogate(
     fit_seconds = time.perf_counter() - start
 
     info = {"fit_seconds": fit_seconds, "num_train": int(train.size), "seed": random_state,
-            "oracle_version": meta.get("oracle_version", "")}  # fmt: skip
+            "oracle_version": meta.get("oracle_version", ""),
+            "variables": list(meta.get("variables", []) or [])}  # fmt: skip
     result = SurrogateModel(encoder=encoder, target_transform=transform, model=model,
                             classifier=classifier, space_sha256=str(meta.get("space_sha256", "")),
                             info=info)  # fmt: skip

@@ -58,6 +58,7 @@ class SVGP(Surrogate):
     """
 
     kind = "svgp"
+    differentiable = True
 
     def __init__(
         self,
@@ -147,18 +148,34 @@ class SVGP(Surrogate):
     def _predict(self, X: Array, return_std: bool) -> tuple[Array, Array | None]:
         import torch
 
-        x_all = torch.as_tensor((X - self.x_lo_) / self.x_span_, dtype=torch.float64)
-        mean = np.empty((X.shape[0], len(self.states_)))
-        std = np.empty_like(mean)
-        with torch.no_grad(), warnings.catch_warnings():
+        means, stds = [], []
+        with torch.no_grad():
+            for s in range(0, X.shape[0], self.chunk_size):
+                mean, std = self._predict_torch(torch.as_tensor(X[s : s + self.chunk_size]))
+                means.append(mean.numpy())
+                stds.append(std.numpy())
+        mean = np.concatenate(means) if means else np.zeros((0, len(self.states_)))
+        std = np.concatenate(stds) if stds else np.zeros_like(mean)
+        return mean, (std if return_std else None)
+
+    def _predict_torch(self, X: Any) -> tuple[Any, Any]:
+        import torch
+
+        lo = torch.as_tensor(self.x_lo_, dtype=torch.float64)
+        span = torch.as_tensor(self.x_span_, dtype=torch.float64)
+        x = (X.to(torch.float64) - lo) / span
+        means, variances = [], []
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for j, (model, likelihood) in enumerate(self._models()):
-                for s in range(0, X.shape[0], self.chunk_size):
-                    post = likelihood(model(x_all[s : s + self.chunk_size]))
-                    mean[s : s + self.chunk_size, j] = post.mean.numpy()
-                    std[s : s + self.chunk_size, j] = post.variance.clamp_min(0).sqrt().numpy()
-        mean = mean * self.y_std_ + self.y_mean_
-        return mean, (std * self.y_std_ if return_std else None)
+            for model, likelihood in self._models():
+                post = likelihood(model(x))
+                means.append(post.mean)
+                variances.append(post.variance.clamp_min(0))
+        y_mean = torch.as_tensor(self.y_mean_, dtype=torch.float64)
+        y_std = torch.as_tensor(self.y_std_, dtype=torch.float64)
+        # + 1e-30: a finite gradient of the std where the variance vanishes
+        std = (torch.stack(variances, dim=-1) + 1e-30).sqrt()
+        return torch.stack(means, dim=-1) * y_std + y_mean, std * y_std
 
     def _save_state(self, path: Path) -> None:
         import torch

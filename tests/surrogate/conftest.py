@@ -45,3 +45,17 @@ def smooth_problem(n: int = 60, p: int = 4, seed: int = 0) -> tuple[np.ndarray, 
     X = rng.random((n, p))
     Y = np.column_stack([np.sin(3 * X[:, 0]) + X[:, 1] ** 2, X[:, :p].sum(axis=1)])
     return X, Y
+
+
+LLM_SPACE = REPO / "configs" / "spaces" / "llm-pathfinding.yaml"
+
+
+@pytest.fixture(scope="session")
+def llm_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 256-row labelled dataset of configs/spaces/llm-pathfinding.yaml (continuous, simplex,
+    integer, categorical variables and the mapping)."""
+    from deepflow.datasets import sample
+
+    out = tmp_path_factory.mktemp("llm") / "llm.parquet"
+    sample(LLM_SPACE, num_samples=256, out=out, seed=0, workers=1)
+    return out

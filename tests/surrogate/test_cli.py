@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from deepflow.cli import app
@@ -68,14 +69,44 @@ def test_query_bad_dir(mapping_data: Path, tmp_path: Path) -> None:
     )
 
 
-def test_query_refuses_points_from_another_space(
-    mapping_data: Path, other_space_data: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "g"
+@pytest.fixture(scope="module")
+def gbt_dir(mapping_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A boosting surrogate of y_step_time_s fitted with the CLI."""
+    out = tmp_path_factory.mktemp("gbt") / "g"
     fitted = runner.invoke(app, ["fit", str(mapping_data), "--surrogate", "gbt", "--targets",
                                  "y_step_time_s", "--out", str(out)])  # fmt: skip
     assert fitted.exit_code == 0, fitted.stderr
+    return out
+
+
+def test_query_refuses_points_from_another_space(other_space_data: Path, gbt_dir: Path) -> None:
+    out = gbt_dir
     result = runner.invoke(app, ["query", str(out), str(other_space_data)])
     assert result.exit_code == 2
     assert "the surrogate was fitted on design space" in result.stderr
     assert result.stderr.endswith("refit on data from this space.\n")
+
+
+def test_query_yaml_points(mapping_data: Path, gbt_dir: Path, tmp_path: Path) -> None:
+    import pandas as pd
+    import yaml
+
+    out = gbt_dir
+    rows = pd.read_parquet(mapping_data).iloc[:2]
+    points = [{c.removeprefix("x_"): v.item() if hasattr(v, "item") else v
+               for c, v in row.items() if c.startswith("x_")}
+              for _, row in rows.iterrows()]  # fmt: skip
+    points[1] = {f"x_{k}": v for k, v in points[1].items()}  # x_ column names work too
+    path = tmp_path / "points.yaml"
+    path.write_text(yaml.safe_dump(points), encoding="utf-8")
+    result = runner.invoke(app, ["query", str(out), str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    parquet = runner.invoke(app, ["query", str(out), str(mapping_data), "--json"])
+    assert json.loads(result.stdout)["predictions"] == json.loads(parquet.stdout)["predictions"][:2]
+    points[0]["pipeline_parallel"] = 17
+    path.write_text(yaml.safe_dump(points), encoding="utf-8")
+    result = runner.invoke(app, ["query", str(out), str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: points[0].pipeline_parallel must be an integer in [1, 16]; got 17.\n"
+    )

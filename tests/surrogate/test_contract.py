@@ -117,3 +117,54 @@ def test_load_missing_or_corrupted(tmp_path: Path) -> None:
     (tmp_path / "m" / "weights.pt").write_bytes(b"garbage")
     with pytest.raises(ConfigError, match="cannot read the surrogate's weights"):
         Surrogate.load(tmp_path / "m")
+
+
+def test_gp_hyperparameters_from_a_subset_condition_on_every_row() -> None:
+    X, Y = smooth_problem(n=60)
+    model = ExactGP(max_iter=20, hyperparameter_rows=25).fit(X, Y)
+    assert model.model_.train_targets.shape[-1] == 60
+    mean = model.predict(X)
+    assert np.sqrt(np.mean((mean - Y) ** 2)) < 0.1 * Y.std()  # interpolates its training rows
+    with pytest.raises(ConfigError, match=r"^ExactGP: hyperparameter_rows must be >= 2 or None; "
+                       r"got 1\.$"):  # fmt: skip
+        ExactGP(hyperparameter_rows=1).fit(X, Y)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gp", "svgp", "gbt"])
+def test_predict_torch_equals_predict(kind: str) -> None:
+    import torch
+
+    X, Y = smooth_problem()
+    model = FACTORIES[kind]().fit(X, Y[:, 0])
+    mean, std = model.predict(X[:9], return_std=True)
+    x = torch.tensor(X[:9], dtype=torch.float64, requires_grad=True)
+    t_mean, t_std = model.predict_torch(x)
+    assert t_mean.shape == t_std.shape == (9, 1)
+    np.testing.assert_allclose(t_mean.detach().numpy()[:, 0], mean, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(t_std.detach().numpy()[:, 0], std, rtol=1e-6, atol=1e-9)
+    assert t_mean.requires_grad == model.differentiable
+    if model.differentiable:
+        (grad,) = torch.autograd.grad(t_mean.sum(), x)
+        assert grad.abs().sum() > 0
+    with pytest.raises(ConfigError, match=r"X must have shape \(n, 4\); got \(9, 3\)\."):
+        model.predict_torch(x[:, :3])
+
+
+def test_mlp_batched_prediction_is_independent_of_threads() -> None:
+    import torch
+
+    X, Y = smooth_problem()
+    model = FACTORIES["mlp"]().fit(X, Y)
+    Xq = np.random.default_rng(1).random((5000, 4))  # three chunks
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = model.predict(Xq, return_std=True)
+        torch.set_num_threads(2)
+        two = model.predict(Xq, return_std=True)
+        assert torch.get_num_threads() == 2  # restored after the threaded prediction
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
+    np.testing.assert_allclose(one[0][:7], model.predict(Xq[:7]), rtol=1e-6)  # float32 GEMMs

@@ -28,7 +28,7 @@ def _frame() -> pd.DataFrame:
 
 def test_encoding_one_hot_log_unit_cube() -> None:
     df = _frame()
-    enc = FeatureEncoder().fit(df)
+    enc = FeatureEncoder(both_scales=False).fit(df)
     assert enc.feature_names_ == ["x_kind=c", "x_kind=b", "x_kind=a", "x_flag", "log(x_wide)",
                                   "x_narrow"]  # fmt: skip
     X = enc.transform(df)
@@ -36,6 +36,22 @@ def test_encoding_one_hot_log_unit_cube() -> None:
     np.testing.assert_allclose(X[:, 4], [0, 1 / 3, 1, 2 / 3])
     np.testing.assert_allclose(X[:, 5], [0, 0.5, 0.25, 1])
     assert X.min() >= 0 and X.max() <= 1
+
+
+def test_positive_numbers_get_both_scales() -> None:
+    df = _frame().assign(x_signed=[-1.0, 0.0, 1.0, 2.0])
+    enc = FeatureEncoder().fit(df)
+    assert enc.feature_names_ == ["x_kind=c", "x_kind=b", "x_kind=a", "x_flag", "x_wide",
+        "log(x_wide)", "x_narrow", "log(x_narrow)", "x_signed"]  # fmt: skip
+    X = enc.transform(df)
+    np.testing.assert_allclose(X[:, 4], [0, 9 / 999, 1, 99 / 999])
+    np.testing.assert_allclose(X[:, 5], [0, 1 / 3, 1, 2 / 3])
+    np.testing.assert_allclose(X[:, 7], np.log([2, 4, 3, 6]) / np.log(3) - np.log(2) / np.log(3))
+    assert enc.derivative("x_flag", [1.0]) == []
+    (j1, d1), (j2, d2) = enc.derivative("x_wide", [10.0, 100.0])
+    assert (j1, j2) == (4, 5)
+    np.testing.assert_allclose(d1, [1 / 999, 1 / 999])
+    np.testing.assert_allclose(d2, [1 / (10 * np.log(1000)), 1 / (100 * np.log(1000))])
 
 
 def test_encoder_round_trip_and_errors() -> None:
@@ -60,9 +76,15 @@ def test_target_transform_logs_times_only() -> None:
     assert TargetTransform.from_dict(t.to_dict()).log_ == t.log_
 
 
-def test_simplex_shares_stay_linear() -> None:
-    df = pd.DataFrame({"x_split_other": [0.0001, 0.05, 0.1], "x_b": [1.0, 2.0, 3.0]})
+def test_shares_that_may_be_zero_stay_linear() -> None:
+    df = pd.DataFrame({"x_split_core": [0.6, 0.5, 0.7], "x_split_other": [0.0001, 0.05, 0.1],
+                       "x_b": [1.0, 2.0, 3.0]})  # fmt: skip
     df.attrs["deepflow"] = {"variables": [
-        {"name": "split", "type": "simplex", "columns": ["x_split_other"]},
+        {"name": "split", "type": "simplex", "columns": ["x_split_core", "x_split_other"],
+         "parts": ["core", "other"], "low": [0.4, 0.0], "high": [0.9, 0.6]},
+        {"name": "b", "type": "continuous", "columns": ["x_b"], "low": 0.0, "high": 4.0},
     ]}  # fmt: skip
-    assert FeatureEncoder().fit(df).feature_names_ == ["x_split_other", "x_b"]
+    assert FeatureEncoder().fit(df).feature_names_ == [
+        "x_split_core", "log(x_split_core)", "x_split_other", "x_b"]  # fmt: skip
+    assert FeatureEncoder(both_scales=False).fit(df).feature_names_ == [
+        "x_split_core", "x_split_other", "x_b"]  # fmt: skip
