@@ -137,6 +137,14 @@ def write_results(
     ]
     pareto = {"objectives": objectives, "designs": designs}
     surrogate = result.surrogate
+    previous = out_dir / "summary.json"
+    if surrogate is None and previous.exists():
+        # A resumed run that had nothing left to propose fitted no surrogate: keep the
+        # held-out scores of the run that did (the predictions live with the trials).
+        try:
+            surrogate = json.loads(previous.read_text(encoding="utf-8")).get("surrogate")
+        except (OSError, ValueError):
+            surrogate = None
     if surrogate is not None:
         surrogate = dict(surrogate, pareto_error=_pareto_error(designs, study))
     summary = {

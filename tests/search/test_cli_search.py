@@ -124,6 +124,12 @@ def test_run_searches_verifies_and_reports(write_yaml: Callable[..., Path],
     assert {"sample", "search", "verify", "report"} <= set(summary["timings_s"])
     trials = pd.read_parquet(out / "trials.parquet")
     assert (trials["source"] == "search").sum() == 4 and (trials["round"] == 1).sum() == 4
+    # Running it again (make run is idempotent) evaluates nothing and keeps the scores.
+    again = CliRunner().invoke(app, ["run", str(study), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    rerun = json.loads((out / "summary.json").read_text())
+    assert rerun["num_evaluations"] == 12
+    assert rerun["surrogate"]["held_out"] == summary["surrogate"]["held_out"]
 
 
 def test_storage_holding_other_settings_leaves_no_folder(study: Path, tmp_path: Path) -> None:
