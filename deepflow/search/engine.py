@@ -78,12 +78,16 @@ class SearchResult:
     config: SearchConfig
     objectives: tuple[Objective, ...]  # with references and ideals filled in
     rows: Any  # DataFrame: one row per evaluation (trials.parquet's columns)
-    z: F
     history: History
     hypervolume_history: list[dict[str, float]]
     pareto: NDArray[np.bool_]
     timings_s: dict[str, float]
     surrogate: dict[str, Any] | None = None
+
+    @property
+    def z(self) -> F:
+        """(n, d) native coordinates of every evaluation, in order."""
+        return self.history.z
 
     @property
     def hypervolume(self) -> float:
@@ -215,6 +219,7 @@ class _Run:
         self.ss = problem.search_space
         self.distributions = self.ss.distributions()
         self.records: list[dict[str, Any]] = []  # one per evaluation: the stored row
+        self.next_number = 0  # the Optuna number of the next stored trial (set by load)
         self.objectives = config.objectives
         self.timings = {"evaluate": 0.0, "ask": 0.0, "store": 0.0}
         self.live = None
@@ -234,11 +239,9 @@ class _Run:
     def load(self) -> None:
         """Read the completed evaluations of an earlier (killed or finished) run."""
         states = self.optuna.trial.TrialState
-        done = [
-            t
-            for t in self.store.get_trials(deepcopy=False, states=(states.COMPLETE,))
-            if _ROW_ATTR in t.user_attrs
-        ]
+        stored = self.store.get_trials(deepcopy=False)
+        self.next_number = len(stored)  # trials are numbered 0, 1, ... as they are added
+        done = [t for t in stored if t.state == states.COMPLETE and _ROW_ATTR in t.user_attrs]
         for t in sorted(done, key=lambda t: t.number):
             self.records.append(dict(t.user_attrs[_ROW_ATTR], trial=t.number))
         if self.live is not None and done:
@@ -351,11 +354,11 @@ class _Run:
                     self._frozen(self.ss.to_params(z[i]), values[i], constraints, {})
                 )
         start = time.perf_counter()
-        first = len(self.store.get_trials(deepcopy=False))
         self.store.add_trials(frozen)
         self.timings["store"] += time.perf_counter() - start
-        for j, record in enumerate(records):
-            self.records.append(dict(record, trial=first + j))
+        for record in records:
+            self.records.append(dict(record, trial=self.next_number))
+            self.next_number += 1
         if self.progress is not None:
             self.progress(len(self.records), self.config.search.budget)
 
@@ -473,7 +476,6 @@ def run_search(
         config=config,
         objectives=run.objectives,
         rows=rows,
-        z=history.z,
         history=history,
         hypervolume_history=hv,
         pareto=pareto,

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -266,10 +266,3 @@ def run_study(
         outcome.summary["timings_s"]["report"] = timings["report"]
         _write_text(outcome.out_dir / "summary.json", dumps(outcome.summary))
     return outcome
-
-
-def with_overrides(study: Study, **search: Any) -> Study:
-    """A study with CLI overrides of its search settings (None = keep)."""
-    return (
-        study.replace(**search) if any(v is not None for v in search.values()) else replace(study)
-    )

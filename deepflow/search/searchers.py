@@ -232,7 +232,7 @@ def mutate(
     z: F, search_space: SearchSpace, rng: np.random.Generator, *, count: int, sigma: float = 0.05
 ) -> F:
     """``count`` neighbours of the rows of ``z``: Gaussian steps on continuous dims, a
-    random other level on each discrete dim with probability 1/d."""
+    random other level on each discrete dim with probability max(1/d, 1/√count)."""
     if len(z) == 0 or count == 0:
         return np.empty((0, search_space.num_dims))
     parents = z[rng.integers(0, len(z), size=count)].copy()

@@ -37,7 +37,7 @@ from typing import Any
 
 from deepflow.config._schema import Ctx, build, check_keys, describe_value, key, require_mapping
 from deepflow.config.loader import read_yaml
-from deepflow.datasets.label import CONSTRAINTS, output_names
+from deepflow.datasets.label import output_names
 from deepflow.datasets.space import DesignSpace, load_space
 from deepflow.errors import ConfigError
 from deepflow.search.objectives import Bound, Objective
@@ -253,14 +253,6 @@ def load_study(path: str | Path) -> Study:
     raw = read_yaml(p, what="a study mapping")
     text = p.read_text(encoding="utf-8")
     return study_from_mapping(raw, file=str(path), base_dir=p.resolve().parent, text=text)
-
-
-def constraint_columns(study: Study) -> list[str]:
-    """Names of every constraint of the study (oracle's then user bounds')."""
-    names = [c for c in CONSTRAINTS if c in study.constraint_names]
-    for b in study.bounds:
-        names.extend(b.labels)
-    return names
 
 
 def to_mapping(study: Study) -> Mapping[str, Any]:
