@@ -230,6 +230,11 @@ def _print_validation(report: dict[str, Any]) -> None:
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
     )
+    from rich.markup import escape
+
+    for skip in report.get("skipped", []):
+        console.print(f"[yellow]skipped[/yellow] {escape(str(skip['id']))}: "
+                      f"{escape(skip['reason'])}", highlight=False)  # fmt: skip
 
 
 @app.command()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,13 @@ import numpy as np
 from deepflow.config import load_device
 from deepflow.data import load_measurements
 from deepflow.errors import ConfigError
+from deepflow.measurements import (
+    FRAMEWORKS,
+    accelerator_presets,
+    case_category,
+    measured_step_time_s,
+    training_case_scenario,
+)
 from deepflow.oracle.hardware import DeviceCaps, device_caps
 from deepflow.oracle.kernels import gemm
 
@@ -46,14 +54,29 @@ MAMF_DEVICES = {
 #: Shapes swept per device, as the maximum-achievable-matmul benchmark sweeps M, N, K and
 #: reports the best (Bekman, ml-engineering, compute/accelerator/benchmarks/mamf-finder.py).
 MAMF_SWEEP = (4096, 6144, 8192, 12288, 16384)
-_PRECISION = {"bf16": "bf16", "fp8_e4m3fn": "fp8"}
+
+
+def _gemm_precision(key: str) -> str:
+    """The oracle precision of a peak key ("bf16", "fp8_e4m3fn", "fp16/bf16 tensor", "tf32")."""
+    lowered = key.lower()
+    for name in ("fp8", "bf16", "fp16", "tf32", "fp32", "int8", "fp64"):
+        if name in lowered:
+            return name
+    return "bf16"
 
 
 def gemm_case_caps(case: dict[str, Any], *, gemm_efficiency: float | None = None) -> DeviceCaps:
-    """Device capabilities for a MAMF case: its preset, the case's stated peak."""
-    (precision_key, peak_tflops), *_ = case["hardware"]["peak_dense_tflops"].items()
-    precision = _PRECISION[precision_key]
-    caps = device_caps(load_device(MAMF_DEVICES[case["hardware"]["accelerator"]]), precision)
+    """Device capabilities for a GEMM case: its preset, the case's stated peak."""
+    peaks = case.get("hardware", {}).get("peak_dense_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise ConfigError(f"case {case.get('id')!r}: hardware.peak_dense_tflops is missing.")
+    (precision_key, peak_tflops), *_ = peaks.items()
+    precision = _gemm_precision(str(precision_key))
+    name = case["hardware"].get("accelerator")
+    preset = MAMF_DEVICES.get(name) if isinstance(name, str) else None
+    if preset is None:
+        preset = accelerator_presets(case)[0]
+    caps = device_caps(load_device(preset), precision)
     caps = dataclasses.replace(caps, peak_flops=float(peak_tflops) * 1e12)
     if gemm_efficiency is not None:
         caps = dataclasses.replace(caps, gemm_efficiency=gemm_efficiency)
@@ -65,6 +88,20 @@ def best_achievable_flops(caps: DeviceCaps) -> float:
     m, n, k = np.meshgrid(MAMF_SWEEP, MAMF_SWEEP, MAMF_SWEEP, indexing="ij")
     result = gemm(caps, m.ravel(), n.ravel(), k.ravel())
     return float(np.max(result["flops"] / result["time_s"]))
+
+
+def _gemm_shape(case: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The case's (M, N, K), or None for a best-of-a-sweep result (MAMF: "Best shape of a
+    search"), which is scored against the model's best over :data:`MAMF_SWEEP`."""
+    spec = case.get("gemm") or {}
+    text = f"{case.get('notes') or ''} {case.get('group') or ''}".lower()
+    if "best" in text or "mamf" in text or "maximum achievable" in text:
+        return None
+    dims: list[Any] = [spec.get(k, spec.get(k.lower())) for k in ("M", "N", "K")]
+    if not all(isinstance(d, int) and d > 0 for d in dims):
+        raise ConfigError(f"case {case.get('id')!r}: gemm.M, gemm.N and gemm.K must be positive "
+                          "integers.")  # fmt: skip
+    return int(dims[0]), int(dims[1]), int(dims[2])
 
 
 def score_gemm_cases(
@@ -79,11 +116,17 @@ def score_gemm_cases(
         key = (caps.family, caps.precision)
         if efficiency_override and key in efficiency_override:
             caps = dataclasses.replace(caps, gemm_efficiency=efficiency_override[key])
-        model = best_achievable_flops(caps) / 1e12
+        shape = _gemm_shape(case)
+        if shape is None:
+            model = best_achievable_flops(caps) / 1e12
+        else:
+            result = gemm(caps, *(np.array([float(d)]) for d in shape))
+            model = float(result["flops"][0] / result["time_s"][0]) / 1e12
         measured = float(case["measured"]["tflops"])
         rows.append(
             {
                 "id": case["id"],
+                "group": case["group"],
                 "family": caps.family,
                 "precision": caps.precision,
                 "measured_tflops": measured,
@@ -95,129 +138,7 @@ def score_gemm_cases(
 
 
 # ------------------------------------------------------------------------ end-to-end training
-#: Accelerator names of the training cases -> device and network presets.
-_TRAINING_SYSTEMS = {
-    "NVIDIA A100 SXM4 80GB": ("a100-sxm4-80gb", "dgx-a100"),
-    "NVIDIA A100 80GB": ("a100-sxm4-80gb", "dgx-a100"),  # MosaicML: 8 GPUs, 200 Gb/s RoCE each
-    "NVIDIA H100 (variant not stated)": ("h100-sxm5-80gb", "dgx-h100"),
-}
-
-#: How each source's framework ran, where the case leaves it unstated (each entry cites the
-#: case's own text or llm-training-model §3.2): fused attention, TP-communication overlap,
-#: data-parallel overlap, dropout in the model, and the ZeRO stage meant by the source.
-_FRAMEWORK = {
-    # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout.
-    "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True},
-    # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
-    # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
-    # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
-    # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
-    "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True},
-    # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
-    "korthikanti2022_table5": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                               "dropout": True},
-    # Megatron-Core 2024: TE fused attention; --tp-comm-overlap, --overlap-grad-reduce,
-    # --overlap-param-gather listed in the case; distributed optimizer.
-    "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
-                                "dropout": False},
-    # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs.
-    "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
-                            "dropout": False},
-}  # fmt: skip
-
-
-def _recompute(text: object, zero_stage: int) -> str:
-    value = str(text or "").lower()
-    if value.startswith("full"):
-        return "full"
-    if value.startswith("selective"):
-        return "selective"
-    if value.startswith("not stated") and zero_stage >= 3:
-        # DeepSpeed ZeRO-3 baseline of a 175B/530B model with micro-batch 1-4 on 80 GB cannot
-        # run without activation checkpointing; Eq. 3 (the source's FLOP count) assumes it.
-        return "full"
-    return "none"
-
-
-def _zero_stage(value: object) -> int:
-    if isinstance(value, int):
-        return value
-    return 1 if "distributed optimizer" in str(value) else 0
-
-
-def training_case_scenario(case: dict[str, Any]) -> Any:
-    """A measured training run as a deepflow scenario (unstated inputs: see _FRAMEWORK)."""
-    from deepflow.config import scenario_from_mapping
-
-    device, network = _TRAINING_SYSTEMS[case["hardware"]["accelerator"]]
-    model, train = case["model"], case["training"]
-    frame = _FRAMEWORK[case["group"]]
-    gpus = int(train["num_gpus"])
-    per_node = min(8, gpus)
-    zero = _zero_stage(train.get("zero_stage"))
-    tp = int(train["tp"])
-    raw = {
-        "system": {"device": device, "network": network, "devices_per_node": per_node,
-                   "num_nodes": gpus // per_node},
-        "workload": {
-            "model": {
-                "kind": "transformer",
-                "num_layers": model["layers"],
-                "hidden_size": model["hidden"],
-                "num_attention_heads": model["heads"],
-                "ffn_hidden_size": model.get("ffn_hidden") or 4 * model["hidden"],
-                "seq_length": model["seq_len"],
-                "vocab_size": model["vocab"],
-                "dropout": frame["dropout"],
-            },
-            "global_batch_size": int(train["global_batch_size"]),
-            "precision": "bf16",
-        },
-        "mapping": {
-            "data_parallel": int(train["dp"]),
-            "tensor_parallel": tp,
-            "pipeline_parallel": int(train["pp"]),
-            "context_parallel": int(train.get("cp") or 1),
-            # unstated micro-batch: 1, the Megatron-LM examples' value for these model sizes
-            "micro_batch_size": int(train.get("micro_batch_size") or 1),
-            "virtual_pipeline_stages": int(train.get("virtual_pipeline_stages") or 1),
-            # Megatron-Core's TP comm overlap requires sequence parallelism
-            "sequence_parallel": bool(train.get("sp")) or (frame["tp_overlap"] and tp > 1),
-            "activation_recompute": _recompute(train.get("activation_recompute"), zero),
-            "zero_stage": zero,
-            "flash_attention": frame["flash"],
-            "tp_comm_overlap": frame["tp_overlap"] and tp > 1,
-            "overlap_grad_reduce": frame["dp_overlap"],
-        },
-    }  # fmt: skip
-    return scenario_from_mapping(raw, file=f"<case {case['id']}>")
-
-
-def measured_step_time_s(case: dict[str, Any]) -> float:
-    """The case's step time, converted with the source's own FLOP convention (README)."""
-    measured, derived = case["measured"], case.get("derived") or {}
-    if measured.get("iteration_time_s"):
-        return float(measured["iteration_time_s"])
-    if "iteration_time_s" in derived:
-        return float(derived["iteration_time_s"])
-    model, train = case["model"], case["training"]
-    big_b, s, layers, h, vocab = (
-        train["global_batch_size"], model["seq_len"], model["layers"], model["hidden"],
-        model["vocab"],
-    )  # fmt: skip
-    gpus = train["num_gpus"]
-    if case["group"].startswith("narayanan2021"):
-        # Narayanan et al. 2021 Eq. 3 (counts the recompute forward).
-        flops = 96 * big_b * s * layers * h**2 * (1 + s / (6 * h) + vocab / (16 * layers * h))
-    else:
-        # Megatron model FLOPs before March 2025: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)).
-        flops = 72 * big_b * s * layers * h**2 * (1 + s / (6 * h) + vocab / (12 * layers * h))
-    return float(flops / (gpus * measured["tflops_per_gpu"] * 1e12))
-
-
-TRAINING_GROUPS = tuple(_FRAMEWORK)
+TRAINING_GROUPS = tuple(FRAMEWORKS)
 
 
 def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -245,8 +166,17 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
 _COLLECTIVE_NETWORKS = {"nccl_tests_a100_node": "dgx-a100", "allreduce_bench_h200_node": "dgx-h100"}
 
 
+_COLLECTIVE_OPS = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+}
+
+
 def score_collective_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Model vs measured bus bandwidth (nccl-tests convention) for every collective case."""
+    """Model vs measured bandwidth for every collective case: bus bandwidth (nccl-tests
+    convention) where the case states it, else algorithm bandwidth, else time."""
     from deepflow.config import load_network
     from deepflow.oracle.network import NetworkModel, bus_bandwidth_Bps, collective_time_s
 
@@ -254,16 +184,40 @@ def score_collective_cases(cases: list[dict[str, Any]] | None = None) -> list[di
         cases = [c for g in _COLLECTIVE_NETWORKS for c in load_measurements(g)]
     rows = []
     for case in cases:
-        coll = case["collective"]
-        net = NetworkModel.from_spec(
-            load_network(_COLLECTIVE_NETWORKS[case["group"]]), int(coll["gpus_per_node"])
-        )
-        size, ranks = float(coll["payload_bytes"]), int(coll["ranks"])
-        t = collective_time_s(coll["op"], size, ranks, net=net)
-        model = float(bus_bandwidth_Bps(coll["op"], size, t, ranks)) / 1e9
-        measured = float(case["measured"]["busbw_GBps"])
+        coll = case.get("collective")
+        if not isinstance(coll, dict):
+            raise ConfigError(f"case {case.get('id')!r}: collective is missing.")
+        try:
+            op = _COLLECTIVE_OPS.get(re.sub(r"[-_ ]", "", str(coll["op"]).lower()), "")
+            size, ranks = float(coll["payload_bytes"]), int(coll["ranks"])
+            per_node = int(coll.get("gpus_per_node") or ranks // int(coll.get("nodes") or 1))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"case {case.get('id')!r}: collective needs op, payload_bytes, ranks and "
+                f"gpus_per_node ({exc!r})."
+            ) from None
+        if not op:
+            known = ", ".join(sorted(set(_COLLECTIVE_OPS.values())))
+            raise ConfigError(
+                f"case {case.get('id')!r}: collective.op {coll['op']!r} is not one of {known}."
+            )
+        network = _COLLECTIVE_NETWORKS.get(case["group"]) or accelerator_presets(case)[1]
+        net = NetworkModel.from_spec(load_network(network), per_node)
+        t = float(collective_time_s(op, size, ranks, net=net))
+        measured_block = case.get("measured") or {}
+        if measured_block.get("busbw_GBps") is not None:
+            model = float(bus_bandwidth_Bps(op, size, t, ranks)) / 1e9
+            measured, quantity = float(measured_block["busbw_GBps"]), "busbw GB/s"
+        elif measured_block.get("algbw_GBps") is not None:
+            model, quantity = size / t / 1e9, "algbw GB/s"
+            measured = float(measured_block["algbw_GBps"])
+        elif measured_block.get("time_us") is not None:
+            model, measured, quantity = t * 1e6, float(measured_block["time_us"]), "time µs"
+        else:
+            raise ConfigError(f"case {case.get('id')!r}: measured has none of busbw_GBps, "
+                              "algbw_GBps, time_us.")  # fmt: skip
         rows.append({"id": case["id"], "group": case["group"], "payload_B": size,
-                     "measured_GBps": measured, "model_GBps": model,
+                     "quantity": quantity, "measured_GBps": measured, "model_GBps": model,
                      "error": model / measured - 1.0})  # fmt: skip
     return rows
 
@@ -280,35 +234,48 @@ def _load_cases(path: Path | None) -> list[dict[str, Any]]:
         raise ConfigError(f"{shown}: invalid JSON at line {exc.lineno}: {exc.msg}.") from exc
     if not isinstance(data, list) or not all(isinstance(c, dict) and "group" in c for c in data):
         raise ConfigError(f"{shown}: must be a JSON list of measurement cases with a 'group'.")
-    known = {"mamf_ml_engineering", *_COLLECTIVE_NETWORKS, *TRAINING_GROUPS}
-    for i, case in enumerate(data):
-        if case["group"] not in known:
-            raise ConfigError(
-                f"{shown}: case {i} has group {case['group']!r}, which deepflow cannot score "
-                f"(known: {', '.join(sorted(known))})."
-            )
     return data
 
 
+def _score_one(case: dict[str, Any]) -> dict[str, Any]:
+    kind = case_category(case)
+    if kind == "gemm_microbenchmark":
+        (r,) = score_gemm_cases([case])
+        return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
+                "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
+    if kind == "collective_microbenchmark":
+        (r,) = score_collective_cases([case])
+        return {"quantity": r["quantity"], "measured": r["measured_GBps"],
+                "model": r["model_GBps"], "error": r["error"]}  # fmt: skip
+    (r,) = score_training_cases([case])
+    return {"quantity": "step s", "measured": r["measured_s"], "model": r["model_s"],
+            "error": r["error"], "feasible": r["feasible"]}  # fmt: skip
+
+
 def validation_report(path: Path | None = None) -> dict[str, Any]:
-    """Score every case; per-case rows, per-group mean/max |error|, group-weighted mean."""
+    """Score every case; per-case rows, per-group mean/max |error|, group-weighted mean.
+
+    A case deepflow cannot read (an accelerator without a preset, a missing input, a category
+    it does not score) is listed under ``skipped`` with the reason; the others are scored.
+
+    Raises:
+        ConfigError: the file is unreadable, or no case in it could be scored.
+    """
     cases = _load_cases(path)
     rows: list[dict[str, Any]] = []
-    gemm_cases = [c for c in cases if c["group"] == "mamf_ml_engineering"]
-    coll_cases = [c for c in cases if c["group"] in _COLLECTIVE_NETWORKS]
-    train_cases = [c for c in cases if c["group"] in TRAINING_GROUPS]
-    for r in score_gemm_cases(gemm_cases) if gemm_cases else []:
-        rows.append({"id": r["id"], "group": "mamf_ml_engineering", "quantity": "TFLOP/s",
-                     "measured": r["measured_tflops"], "model": r["model_tflops"],
-                     "error": r["error"]})  # fmt: skip
-    for r in score_collective_cases(coll_cases) if coll_cases else []:
-        rows.append({"id": r["id"], "group": r["group"], "quantity": "busbw GB/s",
-                     "measured": r["measured_GBps"], "model": r["model_GBps"],
-                     "error": r["error"]})  # fmt: skip
-    for r in score_training_cases(train_cases) if train_cases else []:
-        rows.append({"id": r["id"], "group": r["group"], "quantity": "step s",
-                     "measured": r["measured_s"], "model": r["model_s"], "error": r["error"],
-                     "feasible": r["feasible"]})  # fmt: skip
+    skipped: list[dict[str, Any]] = []
+    for case in cases:
+        try:
+            scored = _score_one(case)
+        except ConfigError as exc:
+            skipped.append({"id": case.get("id"), "group": case.get("group"),
+                            "reason": str(exc)})  # fmt: skip
+            continue
+        rows.append({"id": case.get("id"), "group": case["group"], **scored})
+    if cases and not rows:
+        shown = str(path) if path is not None else "the public set"
+        reasons = "; ".join(s["reason"].rstrip(".") for s in skipped[:3])
+        raise ConfigError(f"{shown}: no case could be scored ({reasons}).")
     groups: dict[str, dict[str, Any]] = {}
     for row in rows:
         groups.setdefault(row["group"], {"errors": []})["errors"].append(abs(row["error"]))
@@ -318,4 +285,5 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
         for name, g in groups.items()
     }  # fmt: skip
     weighted = float(np.mean([g["mean_abs_error"] for g in summary.values()])) if rows else 0.0
-    return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted}
+    return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted,
+            "skipped": skipped}  # fmt: skip

@@ -175,7 +175,7 @@ def test_validate_cli_json_and_table() -> None:
         ('{"a": 1}', "must be a JSON list of measurement cases with a 'group'."),
         (
             '[{"group": "mystery"}]',
-            "case 0 has group 'mystery', which deepflow cannot score (known: ",
+            "no case could be scored (case '?': category None is not one deepflow scores",
         ),
     ],
 )

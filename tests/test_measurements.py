@@ -1,0 +1,243 @@
+"""Reading measurement cases from sources deepflow has not seen (deepflow.measurements)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from deepflow.cli import app
+from deepflow.data import load_measurements
+from deepflow.errors import ConfigError
+from deepflow.measurements import (
+    FRAMEWORKS,
+    accelerator_presets,
+    framework,
+    measured_step_time_s,
+    source_year,
+    training_case_scenario,
+    zero_stage,
+)
+from deepflow.oracle.evaluate import evaluate_one
+from deepflow.validation import score_collective_cases, validation_report
+
+runner = CliRunner()
+
+
+def _case(group: str = "llm_foundry_a100_80", index: int = 0) -> dict[str, Any]:
+    return copy.deepcopy(load_measurements(group)[index])
+
+
+@pytest.mark.parametrize(
+    ("name", "device", "network"),
+    [
+        ("NVIDIA A100 SXM4 80GB", "a100-sxm4-80gb", "dgx-a100"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb", "dgx-a100"),
+        ("NVIDIA A100 40GB PCIe", "a100-sxm4-40gb", "dgx-a100"),
+        ("A800 80GB", "a100-sxm4-80gb", "dgx-a100"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb", "dgx-h100"),
+        ("NVIDIA H800", "h100-sxm5-80gb", "dgx-h100"),
+        ("NVIDIA GH200 480GB", "h200-sxm-141gb", "dgx-h100"),
+        ("NVIDIA B200", "b200", "dgx-b200"),
+        ("NVIDIA GB200 NVL72", "gb200", "gb200-nvl72"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb", "dgx-v100"),
+        ("Google TPU v4", "tpu-v4", "tpu-v4-pod"),
+        ("TPU v5e", "tpu-v5e", "tpu-v5e-pod"),
+    ],
+)
+def test_accelerator_names_map_to_presets(name: str, device: str, network: str) -> None:
+    assert accelerator_presets({"hardware": {"accelerator": name}}) == (device, network)
+
+
+def test_unknown_accelerator_takes_the_nearest_peak_and_the_stated_memory_and_peak() -> None:
+    case = _case()
+    case["hardware"].update(accelerator="AMD Instinct MI250X", memory_gb=128,
+                            peak_dense_tflops={"bf16": 383})  # fmt: skip
+    assert accelerator_presets(case) == ("a100-sxm4-80gb", "dgx-a100")
+    device = training_case_scenario(case).system.device
+    assert device.hbm_capacity_B == 128 * 2**30
+    assert device.peak_flops["bf16"] == pytest.approx(383e12)
+
+
+def test_unknown_accelerator_without_a_peak_is_rejected_by_name() -> None:
+    case = {"id": "x1", "hardware": {"accelerator": "Mystery NPU"}}
+    with pytest.raises(ConfigError) as info:
+        accelerator_presets(case)
+    assert str(info.value).startswith(
+        "case 'x1': hardware.accelerator 'Mystery NPU' is not an accelerator deepflow has a "
+        "preset for (known: A100"
+    )
+
+
+def test_stated_network_bandwidth_and_node_size_override_the_preset() -> None:
+    case = _case("narayanan2021_table2")
+    base = evaluate_one(training_case_scenario(case))["step_time_s"]
+    case["hardware"]["inter_node"] = {"gbps_per_gpu": 100}
+    scenario = training_case_scenario(case)
+    assert scenario.system.network.scale_out.bandwidth_Bps == pytest.approx(12.5e9)
+    assert scenario.system.network.scale_up.topology == "switch"  # the rest of the preset
+    assert evaluate_one(scenario)["step_time_s"] > base
+    case["hardware"]["inter_node"] = {"nics_per_node": 4, "gbps_per_nic": 400}
+    assert training_case_scenario(case).system.network.scale_out.bandwidth_Bps == pytest.approx(
+        25e9
+    )
+
+
+@pytest.mark.parametrize("group", sorted(FRAMEWORKS))
+def test_inferred_framework_flags_reproduce_the_public_groups_table(group: str) -> None:
+    for case in load_measurements(group):
+        assert framework(dict(case, group="some_new_source")) == FRAMEWORKS[group], case["id"]
+
+
+@pytest.mark.parametrize(
+    ("text", "year", "expected"),
+    [
+        ("Megatron-LM", 2021, {"flash": False, "dp_overlap": False, "dropout": True}),
+        ("PyTorch FSDP", 2023, {"flash": True, "dp_overlap": True, "dropout": False}),
+        ("DeepSpeed ZeRO-3", 2021, {"flash": False, "dp_overlap": False, "dropout": True}),
+        ("NeMo, --tp-comm-overlap, FlashAttention", 2022, {"flash": True, "tp_overlap": True}),
+        ("Megatron-LM, unfused attention", 2024, {"flash": False, "dp_overlap": True}),
+    ],
+)
+def test_framework_flags_from_text_and_year(text: str, year: int, expected: dict) -> None:
+    case = {"group": "g", "source": {"year": year}, "training": {"framework": text}}
+    if "ZeRO-3" in text:
+        case["training"]["zero_stage"] = 3
+    flags = framework(case)
+    assert {k: flags[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "year"),
+    [
+        ({"url": "https://arxiv.org/abs/2205.05198"}, 2022),
+        ({"title": "Some paper (SC'21)"}, 2021),
+        ({"title": "Report", "location": "Table 3, 2024 release"}, 2024),
+        ({"year": 2019}, 2019),
+        ({}, None),
+    ],
+)
+def test_source_year(source: dict, year: int | None) -> None:
+    assert source_year({"source": source, "id": "case", "group": "g"}) == year
+
+
+@pytest.mark.parametrize(
+    ("training", "stage"),
+    [
+        ({"zero_stage": 2}, 2),
+        ({"fsdp_sharding": "FULL_SHARD"}, 3),
+        ({"fsdp_sharding": "SHARD_GRAD_OP"}, 2),
+        ({"zero_stage": "distributed optimizer (Megatron)"}, 1),
+        ({}, 0),
+    ],
+)
+def test_zero_stage_from_text(training: dict, stage: int) -> None:
+    assert zero_stage({"training": training}) == stage
+
+
+def test_measured_step_time_from_each_quantity_agrees() -> None:
+    case = _case("llm_foundry_a100_80", 0)
+    step = measured_step_time_s(case)  # derived iteration time
+    tokens = case["training"]["global_batch_size"] * case["model"]["seq_len"]
+    del case["derived"]
+    case["measured"] = {"tokens_per_s": tokens / step}
+    assert measured_step_time_s(case) == pytest.approx(step)
+    case["measured"] = {"tokens_per_s_per_gpu": tokens / step / case["training"]["num_gpus"]}
+    assert measured_step_time_s(case) == pytest.approx(step)
+    case["measured"] = {"samples_per_s": case["training"]["global_batch_size"] / step}
+    assert measured_step_time_s(case) == pytest.approx(step)
+
+
+def test_model_flops_convention_6n_equals_megatrons_for_a_gpt() -> None:
+    case = _case("megatron_core_h100_2024", 0)
+    megatron = measured_step_time_s(case)
+    case["measured"]["flops_definition"] = "MFU = 6*N*tokens + 12*L*h*s*tokens"
+    assert measured_step_time_s(case) == pytest.approx(megatron, rel=1e-9)
+    case["measured"] = {"mfu_pct": 41.0, "flops_definition": "model FLOPs (6N)"}
+    tflops = 0.41 * case["hardware"]["peak_dense_tflops_precision_used"]
+    assert measured_step_time_s(case) == pytest.approx(megatron * 408.8 / tflops, rel=1e-9)
+
+
+def test_measured_step_time_without_a_usable_quantity_names_the_keys() -> None:
+    case = _case()
+    case["measured"], case["derived"] = {"loss": 2.0}, None
+    with pytest.raises(ConfigError, match="measured has none of iteration_time_s, tokens_per_s"):
+        measured_step_time_s(case)
+
+
+def test_gqa_swiglu_and_moe_model_keys_are_read() -> None:
+    case = _case()
+    case["model"].update(type="Llama-2 style", kv_heads=8, num_experts=8, top_k=2)
+    model = training_case_scenario(case).workload.model
+    assert (model.num_kv_heads, model.ffn_activation) == (8, "swiglu")
+    assert (model.num_experts, model.experts_per_token) == (8, 2)
+
+
+def test_public_cases_under_new_group_names_score_identically(tmp_path: Path) -> None:
+    renamed = [dict(c, group=f"new_{c['group']}") for c in load_measurements()]
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(renamed), encoding="utf-8")
+    before = {r["id"]: r["model"] for r in validation_report()["cases"]}
+    after = validation_report(path)
+    assert after["skipped"] == []
+    assert {r["id"]: r["model"] for r in after["cases"]} == pytest.approx(before, rel=1e-12)
+
+
+def test_cli_scores_what_it_can_and_lists_the_rest(tmp_path: Path) -> None:
+    good = _case("korthikanti2022_table5", 0)
+    bad = dict(_case("korthikanti2022_table5", 1), id="bad1")
+    bad["hardware"] = {"accelerator": "Mystery NPU"}
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([good, bad]), encoding="utf-8")
+    result = runner.invoke(app, ["validate", "--cases", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [r["id"] for r in data["cases"]] == [good["id"]]
+    assert data["skipped"][0]["id"] == "bad1"
+    assert "hardware.accelerator 'Mystery NPU'" in data["skipped"][0]["reason"]
+    table = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert "skipped bad1: case 'bad1': hardware.accelerator" in table.stdout
+
+
+def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"id": "c0", "group": "mystery"}]), encoding="utf-8")
+    result = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(
+        f"error: {path}: no case could be scored (case 'c0': category None is not one "
+        "deepflow scores (known: gemm_microbenchmark, collective_microbenchmark, "
+        "end_to_end_training))."
+    )
+
+
+def test_generic_collective_case_with_algorithm_bandwidth() -> None:
+    case = copy.deepcopy(load_measurements("nccl_tests_a100_node")[-1])
+    reference = validation_report()
+    expected = next(r for r in reference["cases"] if r["id"] == case["id"])
+    case["group"] = "other_nccl"
+    case["collective"]["op"] = "AllReduce"
+    n = case["collective"]["ranks"]
+    case["measured"] = {"algbw_GBps": case["measured"]["busbw_GBps"] * n / (2 * (n - 1))}
+    (row,) = score_collective_cases([case])
+    assert row["quantity"] == "algbw GB/s"
+    assert row["error"] == pytest.approx(expected["error"], rel=1e-9)
+
+
+def test_generic_gemm_case_is_scored_at_its_own_shape() -> None:
+    from deepflow.validation import score_gemm_cases
+
+    case = copy.deepcopy(load_measurements("mamf_ml_engineering")[0])
+    best = score_gemm_cases([case])[0]["model_tflops"]
+    case.update(group="other_gemm", notes="one shape")
+    case["gemm"].update(M=256, N=256, K=256)
+    (row,) = score_gemm_cases([case])
+    assert 0 < row["model_tflops"] < best
+    case["gemm"]["M"] = 0
+    with pytest.raises(ConfigError, match=r"gemm\.M, gemm\.N and gemm\.K must be positive"):
+        score_gemm_cases([case])
