@@ -33,6 +33,7 @@ __all__ = [
     "CATEGORIES",
     "FRAMEWORKS",
     "accelerator_presets",
+    "batch_scale",
     "case_category",
     "framework",
     "measured_step_time_s",
@@ -364,6 +365,31 @@ def _model(case: dict[str, Any], flags: dict[str, bool]) -> dict[str, Any]:
     return out
 
 
+def _case_batch(case: dict[str, Any]) -> float:
+    """Sequences per step: ``global_batch_size``, else ``global_batch_tokens`` / seq_len."""
+    train = _need(case, "training")
+    if train.get("global_batch_size") is not None:
+        return _number(case, "training.global_batch_size", train["global_batch_size"])
+    if train.get("global_batch_tokens") is not None:
+        tokens = _number(case, "training.global_batch_tokens", train["global_batch_tokens"])
+        return tokens / _number(case, "model.seq_len", _need(case, "model.seq_len"))
+    raise ConfigError(f"{_where(case)}: training.global_batch_size is missing.")
+
+
+def _modelled_batch(case: dict[str, Any], dp: int) -> int:
+    """The case's batch, or the nearest multiple of dp × micro-batch when a source's batch
+    does not divide evenly (e.g. 2M tokens on 124 data-parallel ranks)."""
+    unit = dp * int((case.get("training") or {}).get("micro_batch_size") or 1)
+    return max(1, round(_case_batch(case) / unit)) * unit
+
+
+def batch_scale(case: dict[str, Any]) -> float:
+    """Case batch / modelled batch: the factor that takes the modelled step to the case's
+    (the step time scales with the number of micro-batches)."""
+    scenario = training_case_scenario(case)
+    return _case_batch(case) / scenario.workload.global_batch_size
+
+
 def training_case_scenario(case: dict[str, Any]) -> Any:
     """A measured training run as a deepflow scenario (unstated inputs: :func:`framework`)."""
     from deepflow.config import scenario_from_mapping
@@ -387,11 +413,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     cp = int(train.get("cp") or 1)
     dp = int(train.get("dp") or gpus // (tp * pp * cp))
     model = _model(case, flags)
-    batch = train.get("global_batch_size")
-    if batch is None and train.get("global_batch_tokens") is not None:
-        batch = int(train["global_batch_tokens"]) // model["seq_length"]
-    if batch is None:
-        raise ConfigError(f"{_where(case)}: training.global_batch_size is missing.")
+    batch = _modelled_batch(case, dp)
     precision = _precision(case, _preset_raw("devices", device_preset))
     raw = {
         "system": {"device": _device(case, device_preset, precision),

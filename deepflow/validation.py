@@ -20,6 +20,7 @@ from deepflow.errors import ConfigError
 from deepflow.measurements import (
     FRAMEWORKS,
     accelerator_presets,
+    batch_scale,
     case_category,
     measured_step_time_s,
     training_case_scenario,
@@ -151,10 +152,11 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
     for case in cases:
         result = evaluate_one(training_case_scenario(case))
         measured = measured_step_time_s(case)
+        model = result["step_time_s"] * batch_scale(case)
         rows.append({
             "id": case["id"], "group": case["group"], "measured_s": measured,
-            "model_s": result["step_time_s"],
-            "error": result["step_time_s"] / measured - 1.0,
+            "model_s": model,
+            "error": model / measured - 1.0,
             "feasible": result["feasible"],
             "memory_GiB": result["memory_per_device_B"] / 2**30,
         })  # fmt: skip

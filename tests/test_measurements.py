@@ -241,3 +241,22 @@ def test_generic_gemm_case_is_scored_at_its_own_shape() -> None:
     case["gemm"]["M"] = 0
     with pytest.raises(ConfigError, match=r"gemm\.M, gemm\.N and gemm\.K must be positive"):
         score_gemm_cases([case])
+
+
+def test_a_batch_that_does_not_divide_is_modelled_at_the_nearest_multiple_and_rescaled() -> None:
+    from deepflow.measurements import batch_scale
+
+    case = _case("narayanan2021_table2", 0)  # 1,536 sequences on 384 ranks, micro-batch 4
+    exact = score_training_row(case)
+    case["training"]["global_batch_size"] = 1536 + 100
+    scenario = training_case_scenario(case)
+    assert scenario.workload.global_batch_size == 1536
+    assert batch_scale(case) == pytest.approx(1636 / 1536)
+    assert score_training_row(case) == pytest.approx(exact * 1636 / 1536)
+
+
+def score_training_row(case: dict[str, Any]) -> float:
+    from deepflow.validation import score_training_cases
+
+    (row,) = score_training_cases([case])
+    return float(row["model_s"])
