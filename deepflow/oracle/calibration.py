@@ -13,7 +13,12 @@ from deepflow.config._schema import Ctx, build, key, require_mapping
 from deepflow.config.loader import builtin_config_dir, read_yaml
 from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS
 
-__all__ = ["KernelCalibration", "kernel_calibration"]
+__all__ = [
+    "FrameworkCalibration",
+    "KernelCalibration",
+    "framework_calibration",
+    "kernel_calibration",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,3 +76,23 @@ def kernel_calibration(family: str) -> KernelCalibration:
         KernelCalibration, families[family], ctx.child(f"families.{family}"),
         extra={"family": family},
     )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkCalibration:
+    """Framework costs the links do not set (``configs/calibration/frameworks.yaml``)."""
+
+    deepspeed_zero3_2021_rate_Bps: float = key(
+        "collective_rate_GBps", scale=1e9, gt=0,
+        doc="bytes per second per GPU of DeepSpeed's 2021 per-parameter ZeRO-3 collectives",
+    )  # fmt: skip
+
+
+@cache
+def framework_calibration() -> FrameworkCalibration:
+    """The framework calibration from ``configs/calibration/frameworks.yaml``."""
+    path = builtin_config_dir() / "calibration" / "frameworks.yaml"
+    raw = read_yaml(path, what="a calibration mapping with key 'deepspeed_zero3_2021'")
+    ctx = Ctx(str(path))
+    entry = require_mapping(raw.get("deepspeed_zero3_2021"), ctx.child("deepspeed_zero3_2021"))
+    return build(FrameworkCalibration, entry, ctx.child("deepspeed_zero3_2021"))

@@ -62,12 +62,13 @@ def test_public_validation_figures() -> None:
     assert groups["megatron_core_h100_2024"]["mean_abs_error"] <= 0.07
     assert groups["megatron_core_h100_2024"]["max_abs_error"] <= 0.20
     assert groups["llm_foundry_a100_80"]["mean_abs_error"] <= 0.06
-    # The PTD-P rows of Narayanan Table 2 within a few %; its DeepSpeed ZeRO-3 rows stay
-    # 18-60 % fast (README, validation notes), which holds the group near 21 %.
-    assert groups["narayanan2021_table2"]["mean_abs_error"] <= 0.22
+    # Issue targets: no group over 15 %, group-weighted mean <= 8 %. The PTD-P rows of
+    # Narayanan Table 2 within a few %; its DeepSpeed ZeRO-3 rows are bound by the
+    # framework's per-parameter collectives (frameworks.yaml) and run 6-40 % slow (README).
+    assert max(g["mean_abs_error"] for g in groups.values()) <= 0.15
     ptdp = [abs(r["error"]) for r in report["cases"] if "_t2_ptdp_" in r["id"]]
-    assert max(ptdp) <= 0.03
-    assert report["group_weighted_mean_abs_error"] <= 0.07
+    assert max(ptdp) <= 0.04
+    assert report["group_weighted_mean_abs_error"] <= 0.06
     # Every configuration in the public set really ran: none may be reported infeasible.
     assert all(row.get("feasible", True) for row in report["cases"])
 

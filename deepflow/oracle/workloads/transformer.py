@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.specs import MappingSpec, TransformerSpec
+from deepflow.oracle.calibration import framework_calibration
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.kernels import gemm, gemm_one, memory_op_time_s
 from deepflow.oracle.network import NetworkModel, collective_time_s
@@ -776,9 +777,12 @@ def _compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
     # #1188, issue #1069), so no gather hides under compute; the recompute forward fetches
     # them again (parameters are released after each module's forward); gradients are
     # reduce-scattered per module, on the critical path too (§3.1 ZeRO-3: 3Ψ, plus Ψ with
-    # full recompute).
+    # full recompute). Each of those collectives moved at most the framework's own rate per
+    # GPU (per-parameter calls, a device sync and a Python-side copy each), measured on one
+    # NVLink node (configs/calibration/frameworks.yaml): the longer of NCCL's time and that.
     sync = (zero >= 3) & o.not_(overlap) & (dp > 1)
     if o.any(sync):
+        rate = framework_calibration().deepspeed_zero3_2021_rate_Bps
         gathers = o.where(rc == 2, 3.0, 2.0)
         # QKV, projection, the two MLP matrices, and the (tied) embedding spread over layers
         tensors_B = [
@@ -792,7 +796,8 @@ def _compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
             )
         ]
         per_layer = sum(
-            gathers * o.coll("all_gather", t, dp, st_dp) + o.coll("reduce_scatter", t, dp, st_dp)
+            gathers * o.maximum(o.coll("all_gather", t, dp, st_dp), t * (dp - 1) / dp / rate)
+            + o.maximum(o.coll("reduce_scatter", t, dp, st_dp), t * (dp - 1) / dp / rate)
             for t in tensors_B
         )
         dp_zero3 = o.where(sync, m * layers_stage * per_layer, dp_zero3)
