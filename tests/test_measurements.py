@@ -74,7 +74,9 @@ def test_unknown_accelerator_without_a_peak_is_rejected_by_name() -> None:
 
 
 def test_stated_network_bandwidth_and_node_size_override_the_preset() -> None:
-    case = _case("narayanan2021_table2")
+    case = copy.deepcopy(
+        next(c for c in load_measurements("narayanan2021_table2") if "ptdp" in c["id"])
+    )
     base = evaluate_one(training_case_scenario(case))["step_time_s"]
     case["hardware"]["inter_node"] = {"gbps_per_gpu": 100}
     scenario = training_case_scenario(case)
