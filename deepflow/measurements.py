@@ -330,8 +330,14 @@ def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str
         override["scale_out"] = {"bandwidth_GBps": out}
     intra = (case.get("hardware") or {}).get("intra_node")
     up = _get(intra, "bw_GBps_per_gpu_unidirectional")
+    scale_up: dict[str, Any] = {}
     if isinstance(up, int | float) and abs(up / raw["scale_up"]["bandwidth_GBps"] - 1) > 0.01:
-        override["scale_up"] = {"bandwidth_GBps": float(up)}
+        scale_up["bandwidth_GBps"] = float(up)
+    if per_node > raw["scale_up"]["domain_size"]:
+        # a larger node of the same fabric (DGX-2: 16 V100s on NVSwitch)
+        scale_up["domain_size"] = per_node
+    if scale_up:
+        override["scale_up"] = scale_up
     return {"base": preset, **override} if override else preset
 
 

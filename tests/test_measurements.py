@@ -262,3 +262,17 @@ def score_training_row(case: dict[str, Any]) -> float:
 
     (row,) = score_training_cases([case])
     return float(row["model_s"])
+
+
+def test_a_node_larger_than_the_presets_scale_up_domain_widens_it() -> None:
+    # Megatron-LM 2019 ran on DGX-2H nodes: 16 V100s on NVSwitch, 8 x 100 Gb/s NICs
+    case = _case("narayanan2021_table1", 0)
+    case["hardware"] = {"accelerator": "NVIDIA Tesla V100 SXM3 32GB", "memory_gb": 32,
+                        "peak_dense_tflops": {"fp16 tensor": 125}, "gpus_per_node": 16,
+                        "inter_node": {"nics_per_node": 8, "gbps_per_nic": 100}}  # fmt: skip
+    case["source"] = {"url": "https://arxiv.org/abs/1909.08053"}
+    scenario = training_case_scenario(case)
+    assert scenario.system.devices_per_node == 16
+    assert scenario.system.network.scale_up.domain_size == 16
+    assert scenario.system.network.scale_out.bandwidth_Bps == pytest.approx(6.25e9)
+    assert scenario.workload.precision == "fp16"  # V100 has no bf16
