@@ -417,8 +417,19 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     zero = zero_stage(case)
     tp, pp = int(train.get("tp") or 1), int(train.get("pp") or 1)
     cp = int(train.get("cp") or 1)
-    dp = int(train.get("dp") or gpus // (tp * pp * cp))
+    if gpus % (tp * pp * cp):
+        raise ConfigError(
+            f"{_where(case)}: training.num_gpus {gpus} is not a multiple of tp {tp} x pp {pp} "
+            f"x cp {cp}."
+        )
+    # the GPU count is the hardware fact: a stated dp that disagrees with it (expert
+    # parallelism counted apart, a typo) gives way to num_gpus / (tp x pp x cp)
+    dp = gpus // (tp * pp * cp)
     model = _model(case, flags)
+    # interleaving needs pp x v to divide the layers: the largest such v up to the stated one
+    vp = int(train.get("virtual_pipeline_stages") or 1) if pp > 1 else 1
+    while vp > 1 and model["num_layers"] % (pp * vp):
+        vp -= 1
     batch = _modelled_batch(case, dp)
     precision = _precision(case, _preset_raw("devices", device_preset))
     raw = {
@@ -434,7 +445,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "expert_parallel": int(train.get("ep") or 1),
             # unstated micro-batch: 1, the Megatron-LM examples' value for these model sizes
             "micro_batch_size": int(train.get("micro_batch_size") or 1),
-            "virtual_pipeline_stages": int(train.get("virtual_pipeline_stages") or 1),
+            "virtual_pipeline_stages": vp,
             # Megatron-Core's TP comm overlap requires sequence parallelism
             "sequence_parallel": bool(train.get("sp")) or (flags["tp_overlap"] and tp > 1),
             "activation_recompute": _recompute(train.get("activation_recompute"), zero),

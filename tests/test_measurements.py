@@ -276,3 +276,19 @@ def test_a_node_larger_than_the_presets_scale_up_domain_widens_it() -> None:
     assert scenario.system.network.scale_up.domain_size == 16
     assert scenario.system.network.scale_out.bandwidth_Bps == pytest.approx(6.25e9)
     assert scenario.workload.precision == "fp16"  # V100 has no bf16
+
+
+def test_layout_inconsistencies_give_way_to_the_gpu_count_and_the_layer_count() -> None:
+    case = _case("narayanan2021_table1", 5)
+    train = case["training"]
+    train["dp"] = 3 * train["dp"]  # disagrees with num_gpus / (tp x pp)
+    train["virtual_pipeline_stages"] = 1000  # no such interleave divides the layers
+    mapping = training_case_scenario(case).mapping
+    assert mapping.num_devices == train["num_gpus"]
+    v = mapping.virtual_pipeline_stages
+    assert (mapping.pipeline_parallel, v) == (4, 15)  # 60 layers: the largest v <= 1000
+    train["pp"], train["dp"] = 1, None
+    assert training_case_scenario(case).mapping.virtual_pipeline_stages == 1
+    train["tp"] = 7
+    with pytest.raises(ConfigError, match="is not a multiple of tp 7"):
+        training_case_scenario(case)
