@@ -19,6 +19,7 @@ Every function is vectorised over shapes and devices (numpy broadcasting); the d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -67,8 +68,6 @@ _L2_TILE = (_TM + _TN)[:, None]
 #: traffic; consecutive tiles of equal area form one group, evaluated once.
 _WAVE_AREA = _CTAS * _TM * _TN
 _GROUP_STARTS = np.flatnonzero(np.r_[True, _WAVE_AREA[1:] != _WAVE_AREA[:-1]])
-_GROUP_BOUNDS = tuple(zip(_GROUP_STARTS.tolist(), [*_GROUP_STARTS[1:].tolist(), len(_TM)],
-                          strict=True))  # fmt: skip
 _GROUP_OF_TILE = np.repeat(np.arange(len(_GROUP_STARTS)), np.diff(np.r_[_GROUP_STARTS, len(_TM)]))
 _GROUP_CTAS = _CTAS[_GROUP_STARTS][:, None]
 _GROUP_AREA = (_TM * _TN)[_GROUP_STARTS][:, None]
@@ -84,8 +83,13 @@ _CAPS_FIELDS = (
 
 
 def _get(caps: DeviceCaps | Mapping[str, Any], name: str) -> F:
-    value = caps[name] if isinstance(caps, Mapping) else getattr(caps, name)
-    return np.asarray(value, dtype=float)
+    return _fields(caps, (name,))[0]
+
+
+def _fields(caps: DeviceCaps | Mapping[str, Any], names: tuple[str, ...]) -> list[F]:
+    """Device fields as float arrays, from a DeviceCaps or a mapping of field names."""
+    fetch = caps.__getitem__ if isinstance(caps, Mapping) else caps.__getattribute__
+    return [np.asarray(fetch(name), dtype=float) for name in names]
 
 
 def gemm(
@@ -112,12 +116,14 @@ def gemm(
         :data:`BOUND_LEVELS`), each with the broadcast shape of the inputs.
     """
     dims = [np.asarray(x, dtype=float) for x in (m, n, k, batch)]
-    device = {name: _get(caps, name) for name in _CAPS_FIELDS}
-    shape = np.broadcast_shapes(*(x.shape for x in (*dims, *device.values())))
-    size = int(np.prod(shape))
+    device = dict(zip(_CAPS_FIELDS, _fields(caps, _CAPS_FIELDS), strict=True))
+    shape = np.broadcast(*dims, *device.values()).shape
+    size = math.prod(shape)
 
     def flat(x: F) -> F:  # per-row values on one axis; scalars stay scalars
-        return x if x.ndim == 0 else np.broadcast_to(x, shape).reshape(-1)
+        if x.ndim == 0 or x.shape == (size,):
+            return x
+        return np.broadcast_to(x, shape).reshape(-1)
 
     flat_dims = [flat(x) for x in dims]
     flat_device = {name: flat(x) for name, x in device.items()}
@@ -169,7 +175,7 @@ def _row_terms(m_: F, n_: F, k_: F, b_: F, d: Mapping[str, F]) -> dict[str, F]:
     b_bytes = k_ * n_ * p
     fits = ((a_bytes + b_bytes) <= l2_cap) | (np.minimum(a_bytes, b_bytes) <= l2_cap / 2)
     compulsory = b_ * (a_bytes + b_bytes + c_bytes)
-    if np.all(fits):
+    if fits.all():
         hbm_bytes = compulsory * np.ones((1, 1))
     else:
         block_area = (sms * _GROUP_CTAS) * _GROUP_AREA
@@ -212,10 +218,8 @@ def _tile_search(t: Mapping[str, F], detail: bool) -> dict[str, F]:
         # group, min over its tiles of max(compute, L1, L2)): equal, as min and max round
         # nothing.
         inner = np.maximum(np.maximum(compute_s, l1_s), l2_s)
-        per_group = np.empty((len(_GROUP_BOUNDS), inner.shape[1]))
-        for g, (start, stop) in enumerate(_GROUP_BOUNDS):
-            np.minimum.reduce(inner[start:stop], axis=0, out=per_group[g])
-        return {"time_s": np.maximum(per_group, hbm_s).min(axis=0)}
+        per_group = np.minimum.reduceat(inner, _GROUP_STARTS, axis=0)  # groups: consecutive tiles
+        return {"time_s": np.minimum.reduce(np.maximum(per_group, hbm_s), axis=0)}
     if hbm_s.shape[0] > 1:
         hbm_s, hbm_bytes = hbm_s[_GROUP_OF_TILE], hbm_bytes[_GROUP_OF_TILE]
     compute_b, l1_b, l2_b, hbm_b = np.broadcast_arrays(compute_s, l1_s, l2_s, hbm_s)
@@ -262,11 +266,13 @@ def memory_op_time_s(
     (llm-training-model §6.3), or from L2 when ``l2_resident`` and the bytes fit in L2;
     ``flops`` run on the vector units (non-matrix FP32 rate); one launch per kernel.
     """
+    l2_cap, l2_bw, hbm_bw, hbm_eff, hbm_lat, vector_flops, launch = _fields(caps, (
+        "l2_capacity_B", "l2_bandwidth_Bps", "hbm_bandwidth_Bps", "hbm_efficiency",
+        "hbm_latency_s", "vector_flops", "kernel_launch_s"))  # fmt: skip
     nbytes = np.asarray(bytes_moved, dtype=float)
-    in_l2 = np.asarray(l2_resident, dtype=bool) & (nbytes <= _get(caps, "l2_capacity_B"))
-    hbm_bw = _get(caps, "hbm_bandwidth_Bps") * _get(caps, "hbm_efficiency")
-    bandwidth = np.where(in_l2, _get(caps, "l2_bandwidth_Bps"), hbm_bw)
-    stream_s = nbytes / bandwidth + np.where(in_l2, 0.0, _get(caps, "hbm_latency_s"))
-    compute_s = np.asarray(flops, dtype=float) / _get(caps, "vector_flops")
-    launch_s = np.asarray(launches, dtype=float) * _get(caps, "kernel_launch_s")
+    in_l2 = np.asarray(l2_resident, dtype=bool) & (nbytes <= l2_cap)
+    bandwidth = np.where(in_l2, l2_bw, hbm_bw * hbm_eff)
+    stream_s = nbytes / bandwidth + np.where(in_l2, 0.0, hbm_lat)
+    compute_s = np.asarray(flops, dtype=float) / vector_flops
+    launch_s = np.asarray(launches, dtype=float) * launch
     return np.asarray(np.maximum(stream_s, compute_s) + launch_s, dtype=float)

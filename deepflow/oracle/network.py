@@ -52,7 +52,7 @@ stride s inside a dimension shares each link with s−1 interleaved groups (÷ s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -96,6 +96,10 @@ _ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
     "all_to_all": (),
     "send_recv": (),
 }
+#: The ring-family collectives and their factor: an all-reduce is a reduce-scatter and an
+#: all-gather, twice the steps and the wire bytes (Thakur et al. 2005 §4).
+_RING_FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}
+_RING_FACTORS = np.array([_RING_FACTOR.get(name, 1.0) for name in COLLECTIVES])  # by index
 _SWITCHED = ("switch", "fat-tree")
 _GRID = ("ring", "torus-2d", "torus-3d", "mesh-2d")
 _SIMPLE = PROTOCOLS.index("simple")
@@ -375,7 +379,13 @@ def group_placement(
     n = np.maximum(np.asarray(group_size, dtype=float), 1.0)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
     d = np.maximum(np.asarray(devices_per_node, dtype=float), 1.0)
-    m = np.where(s < d, np.clip(np.floor(d / s), 1.0, n), 1.0)
+    return _placement(n, s, d)
+
+
+def _placement(n: F, s: F, d: F) -> tuple[F, F]:
+    """:func:`group_placement` of inputs already at least 1."""
+    # floor(d / s) clipped to [1, n]: one member per node where s ≥ d (floor(d / s) ≤ 1)
+    m = np.minimum(np.maximum(np.floor(d / s), 1.0), n)
     return m, np.ceil(n / m)
 
 
@@ -392,6 +402,8 @@ class _Level:
     lat: F  # (..., 3) s per step per protocol
     vmin: F  # (..., 3) B
     vfill: F  # (..., 3) B
+    rate: F  # (..., 3) eff · bw: B/s per protocol at the device's full bandwidth
+    plain: bool  # no protocol has a floor or a fill: g(V) = V
 
     @property
     def links(self) -> int:
@@ -408,15 +420,18 @@ def _level(net: NetworkModel, lv: str) -> _Level:
     def p(name: str) -> F:
         return np.asarray(getattr(net, f"{lv}_protocol_{name}"), dtype=float)
 
+    bw, eff = a("bandwidth_Bps"), a("efficiency")[..., None] * p("efficiency")
     return _Level(
         topology=getattr(net, f"{lv}_topology"),
         shape=tuple(int(x) for x in getattr(net, f"{lv}_shape")),
-        bw=a("bandwidth_Bps"),
+        bw=bw,
         launch=a("launch_latency_s"),
-        eff=a("efficiency")[..., None] * p("efficiency"),
+        eff=eff,
         lat=a("latency_s")[..., None] * p("latency"),
         vmin=p("min_B"),
         vfill=p("fill_B"),
+        rate=eff * bw[..., None],
+        plain=not (np.any(p("min_B")) or np.any(p("fill_B"))),
     )
 
 
@@ -430,6 +445,8 @@ class _Prepared:
     in_network_efficiency: F  # absolute: bulk efficiency × the relative in-network one
     in_network_latency_s: F
     in_network_fill_B: F
+    has_in_network: bool  # some row has in-switch reduction on a switch
+    launch_multi_node: F  # launch latency of a collective spanning nodes: the slower level's
     batch_shape: tuple[int, ...]
 
 
@@ -443,28 +460,32 @@ def _prepare(net: NetworkModel) -> _Prepared:
     shapes = [lv.bw.shape for lv in (up, out)] + [lv.launch.shape for lv in (up, out)]
     shapes += [arr.shape[:-1] for lv in (up, out) for arr in (lv.eff, lv.lat, lv.vmin, lv.vfill)]
     shapes += [arr.shape for arr in red.values()] + [d.shape]
+    in_network_efficiency = up.eff[..., _SIMPLE] * red["efficiency"]
     return _Prepared(
         up=up,
         out=out,
         devices_per_node=d,
-        in_network_efficiency=up.eff[..., _SIMPLE] * red["efficiency"],
+        in_network_efficiency=in_network_efficiency,
         in_network_latency_s=red["latency_s"],
         in_network_fill_B=red["fill_B"],
+        has_in_network=up.topology == "switch" and bool(np.any(in_network_efficiency > 0)),
+        launch_multi_node=np.maximum(up.launch, out.launch),
         batch_shape=tuple(np.broadcast_shapes(*shapes)),
     )
 
 
-def _transfer_s(volume_B: F, level: _Level, bw_factor: F | float = 1.0) -> F:
+def _transfer_s(volume_B: F, level: _Level, bw_factor: F | None = None) -> F:
     """Seconds to move ``volume_B`` wire bytes per rank, per protocol: g(V) / (η·B·factor).
 
     g(V) = max(V_min, V + min(V, V_fill)) (module docstring); zero bytes take zero time; a
-    protocol with zero efficiency takes infinite time.
+    protocol with zero efficiency takes infinite time (the caller ignores division by zero:
+    :func:`collective_time_s`). ``bw_factor`` None: the device's full bandwidth (factor 1).
     """
-    v = np.asarray(volume_B, dtype=float)[..., None]
-    g = np.maximum(level.vmin, v + np.minimum(v, level.vfill))
-    rate = level.eff * (level.bw * np.asarray(bw_factor, dtype=float))[..., None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = g / rate  # rate 0 -> inf; 0/0 only where v == 0, masked below
+    v = volume_B[..., None]
+    # (with neither floor nor fill, g(V) = V wherever V > 0, the only volumes kept)
+    g = v if level.plain else np.maximum(level.vmin, v + np.minimum(v, level.vfill))
+    rate = level.rate if bw_factor is None else level.eff * (level.bw * bw_factor)[..., None]
+    t = g / rate  # rate 0 -> inf; 0/0 only where v == 0, masked below
     return np.where(v > 0, t, 0.0)
 
 
@@ -526,7 +547,7 @@ def _link_bw_factor(level: _Level, dims: Sequence[_Dim]) -> F:
 
 # ------------------------------------------------------------ internal: level primitives
 def _ring_pass(level: _Level, message_B: F, members: F, stride: F, units: F,
-               factor: float) -> tuple[F, F]:  # fmt: skip
+               factor: float | F) -> tuple[F, F]:  # fmt: skip
     """(steps, seconds per protocol) of ring reduce-scatter/all-gather (factor 1) or
     all-reduce (factor 2) of ``message_B`` per rank over ``members`` ranks of one level.
 
@@ -540,8 +561,8 @@ def _ring_pass(level: _Level, message_B: F, members: F, stride: F, units: F,
     slice still walks every dimension, Σ factor·(e − 1) steps.
     """
     if level.topology in _SWITCHED:
-        v = factor * (members - 1.0) / members * message_B
-        return factor * (members - 1.0), _transfer_s(v, level)
+        steps = factor * (members - 1.0)
+        return steps, _transfer_s(steps / members * message_B, level)
     dims = _grid_dims(level, members, stride, units)
     spanned = [(d.extent > 1).astype(float) for d in dims]
     num_spanned = np.maximum(sum(spanned, np.zeros_like(message_B)), 1.0)
@@ -560,9 +581,10 @@ def _ring_pass(level: _Level, message_B: F, members: F, stride: F, units: F,
     return steps, t
 
 
-def _chain_bw_factor(level: _Level, members: F, stride: F, units: F) -> F:
+def _chain_bw_factor(level: _Level, members: F, stride: F, units: F) -> F | None:
+    """A chain's share of the device bandwidth (None: all of it, non-blocking topologies)."""
     if level.topology in _SWITCHED:
-        return np.ones_like(members)
+        return None
     return _link_bw_factor(level, _grid_dims(level, members, stride, units))
 
 
@@ -585,9 +607,10 @@ def _all_to_all_s(level: _Level, message_B: F, members: F, stride: F, units: F) 
     return t
 
 
-def _shift_bw_factor(level: _Level, members: F, stride: F, units: F) -> F:
+def _shift_bw_factor(level: _Level, members: F, stride: F, units: F) -> F | None:
+    """A shift's share of the device bandwidth (None: all of it, non-blocking topologies)."""
     if level.topology in _SWITCHED:
-        return np.ones_like(members)
+        return None
     dims = _grid_dims(level, members, stride, units)
     # The first spanned dimension carries the shift to the next member (llm-training-model §3).
     out = np.full_like(members, 1.0 / level.links)
@@ -615,7 +638,7 @@ def _check(collective: str, algorithm: str) -> None:
 
 
 def collective_time_s(
-    collective: str,
+    collective: str | Sequence[str],
     message_B: ArrayLike,
     group_size: ArrayLike,
     *,
@@ -623,10 +646,12 @@ def collective_time_s(
     stride: ArrayLike = 1,
     algorithm: str = "auto",
 ) -> F:
-    """Seconds for one collective.
+    """Seconds for one collective (or for each element's own).
 
     Args:
-        collective: one of :data:`COLLECTIVES`.
+        collective: one of :data:`COLLECTIVES`, or a sequence of them, one per element of the
+            broadcast inputs (a model's distinct collectives in one call; element i equals
+            the call for ``collective[i]`` alone).
         message_B: bytes, following nccl-tests' "size" (``doc/PERFORMANCE.md``): all_reduce:
             the buffer per rank; all_gather: the gathered output per rank; reduce_scatter: the
             input per rank; all_to_all: total bytes each rank sends + keeps; send_recv: bytes
@@ -651,32 +676,34 @@ def collective_time_s(
         >>> net = NetworkModel.from_spec(load_network("dgx-a100"), 8)
         >>> t = collective_time_s("all_reduce", 2**30, 8, net=net)  # ≈ 8 ms, ~230 GB/s busbw
     """
-    _check(collective, algorithm)
+    names = (collective,) if isinstance(collective, str) else tuple(collective)
+    for name in sorted(set(names)):
+        _check(name, algorithm)
+    code = None if isinstance(collective, str) else np.array([COLLECTIVES.index(c) for c in names])
+    kinds = _Kinds(frozenset(names), code)
     prep = net._prepared
     msg = np.asarray(message_B, dtype=float)
     n = np.maximum(np.asarray(group_size, dtype=float), 1.0)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
-    shape = np.broadcast_shapes(msg.shape, n.shape, s.shape, prep.batch_shape)
-    msg, n, s, d = (np.broadcast_to(x, shape) for x in (msg, n, s, prep.devices_per_node))
+    rows = () if code is None else code.shape
+    shape = np.broadcast(msg, n, s, np.empty(prep.batch_shape), np.empty(rows)).shape
+    msg, n, s = (x if x.shape == shape else np.full(shape, x) for x in (msg, n, s))
+    d = prep.devices_per_node  # one value or one per network: broadcasts in the arithmetic
     up, out = prep.up, prep.out
-    m, nodes = group_placement(n, s, d)
-    node_stride = np.where(s >= d, np.floor(s / d), 1.0)
+    m, nodes = _placement(n, s, d)
+    node_stride = np.maximum(np.floor(s / d), 1.0)  # 1 where s < d
     multi = nodes > 1
-    launch = np.where(multi, np.maximum(up.launch, out.launch), up.launch)[..., None]
-    ctx = _Ctx(msg, n, m, nodes, s, node_stride, d, up, out)
-    candidates: list[F]
-    if collective == "all_reduce":
-        candidates = _all_reduce(ctx, algorithm, prep)
-    elif collective in ("reduce_scatter", "all_gather"):
-        candidates = _scatter_gather(ctx, algorithm, prep)
-    elif collective == "all_to_all":
-        candidates = [_all_to_all(ctx)]
-    else:
-        candidates = [_send_recv(ctx)]
+    launch = np.where(multi, prep.launch_multi_node, up.launch)[..., None]
+    num_multi = int(np.count_nonzero(multi))
+    ctx = _Ctx(msg, n, m, nodes, s, node_stride, nodes * node_stride, d, up, out, multi,
+               num_multi > 0, num_multi == multi.size)  # fmt: skip
+    # A protocol without bandwidth divides by zero (inf seconds): not an error here.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        candidates = _candidates(ctx, kinds, algorithm, prep)
     best = candidates[0]
     for c in candidates[1:]:
         best = np.minimum(best, c)
-    t = np.min(best + launch, axis=-1)
+    t = np.minimum.reduce(best + launch, axis=-1)
     return np.asarray(np.where((n <= 1) | (msg <= 0), 0.0, t), dtype=np.float64)
 
 
@@ -688,16 +715,29 @@ class _Ctx:
     nodes: F
     stride: F
     node_stride: F
+    node_units: F  # positions of the scale-out level the group's nodes lie in
     d: F
     up: _Level
     out: _Level
+    multi: NDArray[np.bool_]  # the group spans nodes
+    any_multi: bool
+    all_multi: bool
 
     def latency(self, steps_up: F, steps_out: F) -> F:
         """Seconds of latency per protocol: Σ steps·α (NCCL ``tuning.cc`` ring/tree latencies)."""
         return steps_up[..., None] * self.up.lat + steps_out[..., None] * self.out.lat
 
+    def by_nodes(self, multi: Callable[[], F], single: Callable[[], F]) -> F:
+        """Per protocol, ``multi()`` where the group spans nodes, else ``single()``; a side
+        that no group takes is not evaluated (the result is the same)."""
+        if self.all_multi:
+            return multi()
+        if not self.any_multi:
+            return single()
+        return np.where(self.multi[..., None], multi(), single())
 
-def _flat_ring(c: _Ctx, factor: float) -> F:
+
+def _flat_ring(c: _Ctx, factor: float | F) -> F:
     """NCCL's flat ring over all n ranks, per protocol (seconds, without launch latency).
 
     One node: the level's ring pass. Several nodes: every rank puts V = factor·(n − 1)/n·S on
@@ -707,29 +747,33 @@ def _flat_ring(c: _Ctx, factor: float) -> F:
     factor·(n − 1) steps, a fraction nodes/n crosses nodes (NCCL ``tuning.cc``: 2·nNodes
     inter steps of 2(n − 1) for all-reduce).
     """
-    steps_1, t_1 = _ring_pass(c.up, c.msg, c.n, c.stride, c.d, factor)
-    single = t_1 + c.latency(steps_1, np.zeros_like(steps_1))
-    v = factor * (c.n - 1.0) / c.n * c.msg
-    snake_up = _chain_bw_factor(c.up, c.m, c.stride, c.d)
-    snake_out = _chain_bw_factor(c.out, c.nodes, c.node_stride, c.nodes * c.node_stride)
-    t_intra = _transfer_s((c.m - 1.0) / c.m * v, c.up, snake_up)
-    t_inter = _transfer_s(v, c.out, c.m * snake_out)
-    steps = factor * (c.n - 1.0)
-    steps_out = steps * c.nodes / c.n
-    multi = np.maximum(t_intra, t_inter) + c.latency(steps - steps_out, steps_out)
-    return np.where((c.nodes > 1)[..., None], multi, single)
+
+    def single() -> F:
+        steps, t = _ring_pass(c.up, c.msg, c.n, c.stride, c.d, factor)
+        return t + steps[..., None] * c.up.lat
+
+    def multi() -> F:
+        v = factor * (c.n - 1.0) / c.n * c.msg
+        snake_up = _chain_bw_factor(c.up, c.m, c.stride, c.d)
+        snake_out = _chain_bw_factor(c.out, c.nodes, c.node_stride, c.node_units)
+        t_intra = _transfer_s((c.m - 1.0) / c.m * v, c.up, snake_up)
+        t_inter = _transfer_s(v, c.out, c.m if snake_out is None else c.m * snake_out)
+        steps = factor * (c.n - 1.0)
+        steps_out = steps * c.nodes / c.n
+        return np.maximum(t_intra, t_inter) + c.latency(steps - steps_out, steps_out)
+
+    return c.by_nodes(multi, single)
 
 
-def _hierarchical(c: _Ctx, collective: str) -> F:
+def _hierarchical(c: _Ctx, factor: float | F) -> F:
     """Intra-node reduce-scatter → inter-node collective on S/m over every member's NIC →
-    intra-node all-gather, in sequence (llm-training-model §5.1, hierarchical all-reduce)."""
-    up_factor = 1.0 if collective in ("reduce_scatter", "all_gather") else 2.0
-    # the intra-node part: an all-reduce is a reduce-scatter + all-gather of the same size.
-    steps_up, t_up = _ring_pass(c.up, c.msg, c.m, c.stride, c.d, up_factor)
-    units = c.nodes * c.node_stride
-    steps_out, t_out = _ring_pass(c.out, c.msg / c.m, c.nodes, c.node_stride, units, up_factor)
-    steps_out = np.where(c.nodes > 1, steps_out, 0.0)
-    t_out = np.where((c.nodes > 1)[..., None], t_out, 0.0)
+    intra-node all-gather, in sequence (llm-training-model §5.1, hierarchical all-reduce);
+    ``factor`` as in :func:`_ring_pass` (the intra-node part of an all-reduce is a
+    reduce-scatter + all-gather of the same size)."""
+    steps_up, t_up = _ring_pass(c.up, c.msg, c.m, c.stride, c.d, factor)
+    steps_out, t_out = _ring_pass(c.out, c.msg / c.m, c.nodes, c.node_stride, c.node_units, factor)
+    steps_out = np.where(c.multi, steps_out, 0.0)
+    t_out = np.where(c.multi[..., None], t_out, 0.0)
     return t_up + t_out + c.latency(steps_up, steps_out)
 
 
@@ -743,12 +787,14 @@ def _tree(c: _Ctx) -> F:
     """
     chain = _chain_bw_factor(c.up, c.m, c.stride, c.d)
     t_intra = np.where((c.m > 1)[..., None], _transfer_s(2.0 * c.msg, c.up, chain), 0.0)
-    units = c.nodes * c.node_stride
-    link_out = _chain_bw_factor(c.out, c.nodes, c.node_stride, units)
+    link_out = _chain_bw_factor(c.out, c.nodes, c.node_stride, c.node_units)
+    steps_up = 2.0 * (c.m - 1.0)
+    if not c.any_multi:  # every group in one node: no inter-node part (t_intra ≥ 0)
+        return t_intra + steps_up[..., None] * c.up.lat
     t_inter = _transfer_s(2.0 * c.msg / c.m, c.out, link_out)
-    t_inter = np.where((c.nodes > 1)[..., None], t_inter, 0.0)
-    steps_out = np.where(c.nodes > 1, 2.0 * np.ceil(np.log2(np.maximum(c.nodes, 1.0))), 0.0)
-    return np.maximum(t_intra, t_inter) + c.latency(2.0 * (c.m - 1.0), steps_out)
+    t_inter = np.where(c.multi[..., None], t_inter, 0.0)
+    steps_out = 2.0 * np.ceil(np.log2(c.nodes))  # 0 in one node
+    return np.maximum(t_intra, t_inter) + c.latency(steps_up, steps_out)
 
 
 def _in_network(c: _Ctx, prep: _Prepared) -> F:
@@ -757,8 +803,7 @@ def _in_network(c: _Ctx, prep: _Prepared) -> F:
     g = c.msg + np.minimum(c.msg, prep.in_network_fill_B)
     rate = prep.in_network_efficiency * c.up.bw
     ok = (rate > 0) & (c.nodes <= 1) & (c.up.topology == "switch")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(ok, g / rate + prep.in_network_latency_s, np.inf)
+    t = np.where(ok, g / rate + prep.in_network_latency_s, np.inf)  # rate 0 -> inf
     out = np.full((*c.msg.shape, len(PROTOCOLS)), np.inf)
     out[..., _SIMPLE] = t
     return out
@@ -766,37 +811,61 @@ def _in_network(c: _Ctx, prep: _Prepared) -> F:
 
 def _skippable(c: _Ctx, prep: _Prepared) -> set[str]:
     """Algorithms 'auto' need not evaluate: hierarchical equals ring when every group sits in
-    one node; in-network reduction is unavailable without a reducing switch."""
+    one node; in-network reduction is unavailable without a reducing switch, and across nodes."""
     skip = set()
-    if np.all(c.nodes <= 1):
+    if not c.any_multi:
         skip.add("hierarchical")
-    if c.up.topology != "switch" or not np.any(prep.in_network_efficiency > 0):
+    if not prep.has_in_network or c.all_multi:
         skip.add("in_network")
     return skip
 
 
-def _all_reduce(c: _Ctx, algorithm: str, prep: _Prepared) -> list[F]:
+@dataclass(frozen=True)
+class _Kinds:
+    """Which collective each element is: one for all (``code`` None) or one per element."""
+
+    names: frozenset[str]
+    code: NDArray[np.intp] | None  # index into COLLECTIVES
+
+    def only(self, t: F, names: Sequence[str]) -> F:
+        """``t`` (seconds per protocol) on the elements of ``names``, inf on the others."""
+        if self.code is None or self.names.issubset(names):
+            return t
+        rows = np.array([c in names for c in COLLECTIVES])[self.code]
+        return np.where(rows[..., None], t, np.inf)
+
+    def ring_factor(self) -> float | F:
+        """:data:`_RING_FACTOR` of each element (other collectives: 1, unused)."""
+        factors = {_RING_FACTOR.get(name, 1.0) for name in self.names}
+        if self.code is None or len(factors) == 1:
+            return factors.pop()
+        return _RING_FACTORS[self.code]
+
+
+def _candidates(c: _Ctx, kinds: _Kinds, algorithm: str, prep: _Prepared) -> list[F]:
+    """Seconds per protocol of every algorithm that may serve an element (without launch
+    latency); inf where it does not apply. ``auto`` evaluates each algorithm once for all the
+    collectives it serves, and none that :func:`_skippable` rules out."""
+    factor = kinds.ring_factor()
     makers = {
-        "ring": lambda: _flat_ring(c, 2.0),
+        "ring": lambda: _flat_ring(c, factor),
         "tree": lambda: _tree(c),
-        "hierarchical": lambda: _hierarchical(c, "all_reduce"),
+        "hierarchical": lambda: _hierarchical(c, factor),
         "in_network": lambda: _in_network(c, prep),
     }
-    if algorithm != "auto":
+    if algorithm != "auto":  # valid for every collective present (_check)
         return [makers[algorithm]()]
     skip = _skippable(c, prep)
-    return [makers[a]() for a in _ALGORITHMS_FOR["all_reduce"] if a not in skip]
-
-
-def _scatter_gather(c: _Ctx, algorithm: str, prep: _Prepared) -> list[F]:
-    makers = {
-        "ring": lambda: _flat_ring(c, 1.0),
-        "hierarchical": lambda: _hierarchical(c, "reduce_scatter"),
-    }
-    if algorithm != "auto":
-        return [makers[algorithm]()]
-    skip = _skippable(c, prep)
-    return [makers[a]() for a in _ALGORITHMS_FOR["reduce_scatter"] if a not in skip]
+    out = []
+    for algo, make in makers.items():
+        served = [name for name in kinds.names if algo in _ALGORITHMS_FOR[name]]
+        if served and algo not in skip:
+            out.append(kinds.only(make(), served))
+    if "all_to_all" in kinds.names:
+        out.append(kinds.only(_all_to_all(c), ["all_to_all"]))
+    if "send_recv" in kinds.names:
+        out.append(kinds.only(_send_recv(c), ["send_recv"]))
+    return out or [np.full((*c.msg.shape, len(PROTOCOLS)), np.inf)]  # no collective: no element
 
 
 def _all_to_all(c: _Ctx) -> F:
@@ -808,22 +877,24 @@ def _all_to_all(c: _Ctx) -> F:
     one step per peer.
     """
     local = _all_to_all_s(c.up, c.msg * c.m / c.n, c.m, c.stride, c.d)
-    units = c.nodes * c.node_stride
-    remote = _all_to_all_s(c.out, c.msg, c.nodes, c.node_stride, units)
-    remote = np.where((c.nodes > 1)[..., None], remote, 0.0)
+    remote = _all_to_all_s(c.out, c.msg, c.nodes, c.node_stride, c.node_units)
+    remote = np.where(c.multi[..., None], remote, 0.0)
     return np.maximum(local, remote) + c.latency(c.m - 1.0, c.n - c.m)
 
 
 def _send_recv(c: _Ctx) -> F:
     """Each rank sends S to the next rank of its group (a pipeline boundary): one step over
     scale-up when the group stays in a node, else over the sender's own NIC."""
-    shift_up = _shift_bw_factor(c.up, c.m, c.stride, c.d)
-    units = c.nodes * c.node_stride
-    shift_out = _shift_bw_factor(c.out, c.nodes, c.node_stride, units)
-    one = np.ones_like(c.msg)
-    intra = _transfer_s(c.msg, c.up, shift_up) + c.latency(one, 0.0 * one)
-    inter = _transfer_s(c.msg, c.out, shift_out) + c.latency(0.0 * one, one)
-    return np.where((c.nodes > 1)[..., None], inter, intra)
+
+    def intra() -> F:  # one step on the scale-up fabric
+        shift_up = _shift_bw_factor(c.up, c.m, c.stride, c.d)
+        return _transfer_s(c.msg, c.up, shift_up) + c.up.lat
+
+    def inter() -> F:  # one step over the sender's NIC
+        shift_out = _shift_bw_factor(c.out, c.nodes, c.node_stride, c.node_units)
+        return _transfer_s(c.msg, c.out, shift_out) + c.out.lat
+
+    return c.by_nodes(inter, intra)
 
 
 def bus_bandwidth_Bps(

@@ -222,6 +222,46 @@ def test_batch_equals_loop_of_singles(net_name: str, collective: str, seed: int)
         assert float(t) == pytest.approx(batch[i], rel=1e-12)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(sorted(PROPERTY_NETS)), st.integers(0, 2**31))
+def test_mixed_collectives_in_one_call_equal_each_alone(net_name: str, seed: int) -> None:
+    # The scalar oracle evaluates a step's new collectives, of every kind, in one call.
+    rng = np.random.default_rng(seed)
+    k = 16
+    kinds = list(rng.choice(COLLECTIVES, k))
+    size = 10 ** rng.uniform(0, 11, k)
+    size[rng.random(k) < 0.1] = 0.0
+    group = rng.choice([1, 2, 4, 8, 16, 24, 64], k)
+    stride = rng.choice([1, 2, 8, 64], k)
+    net = PROPERTY_NETS[net_name]
+    mixed = collective_time_s(kinds, size, group, net=net, stride=stride)
+    alone = [collective_time_s(c, size[i], group[i], net=net, stride=stride[i])
+             for i, c in enumerate(kinds)]  # fmt: skip
+    assert mixed.shape == (k,)
+    np.testing.assert_array_equal(mixed, alone)  # bit for bit
+    ring = list(rng.choice(["all_reduce", "reduce_scatter", "all_gather"], k))
+    for algorithm in ("ring", "hierarchical"):
+        kw = {"net": net, "algorithm": algorithm}
+        mixed = collective_time_s(ring, size, group, stride=stride, **kw)
+        alone = [collective_time_s(c, size[i], group[i], stride=stride[i], **kw)
+                 for i, c in enumerate(ring)]  # fmt: skip
+        np.testing.assert_array_equal(mixed, alone)
+
+
+@pytest.mark.parametrize("net_name", sorted(PROPERTY_NETS))
+def test_all_gather_costs_what_reduce_scatter_costs(net_name: str) -> None:
+    # One cost model (Thakur et al. 2005 §4): the scalar oracle memoises them under one key.
+    net = PROPERTY_NETS[net_name]
+    sizes = np.logspace(0, 11, 23)[:, None, None]
+    group, stride = np.array([1, 2, 3, 8, 16, 24, 256])[:, None], np.array([1, 2, 8, 64])
+    for algorithm in ALGOS["all_gather"]:
+        kw = {"net": net, "stride": stride, "algorithm": algorithm}
+        np.testing.assert_array_equal(
+            collective_time_s("all_gather", sizes, group, **kw),
+            collective_time_s("reduce_scatter", sizes, group, **kw),
+        )
+
+
 def test_every_network_preset_gives_finite_times() -> None:
     for name in list_presets("networks"):
         spec = load_network(name)
@@ -276,6 +316,15 @@ def test_unknown_collective_message() -> None:
         collective_time_s("allreduce", 1e6, 8, net=NETS["dgx-a100"])
     assert str(err.value) == (
         "unknown collective 'allreduce'; valid collectives: all_reduce, reduce_scatter, "
+        "all_gather, all_to_all, send_recv."
+    )
+
+
+def test_unknown_collective_in_a_sequence_message() -> None:
+    with pytest.raises(ConfigError) as err:
+        collective_time_s(["all_reduce", "allgather"], 1e6, 8, net=NETS["dgx-a100"])
+    assert str(err.value) == (
+        "unknown collective 'allgather'; valid collectives: all_reduce, reduce_scatter, "
         "all_gather, all_to_all, send_recv."
     )
 

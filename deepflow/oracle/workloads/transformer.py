@@ -180,7 +180,8 @@ class _ScalarOps:
         self._gemm: dict[tuple[float, ...], float] = {}
         self._mem: dict[tuple[float, ...], float] = {}
         self._coll: dict[tuple[Any, ...], float] = {}
-        self._missing: list[set[tuple[Any, ...]]] | None = None
+        # misses of a recorder, per model (gemm, mem, coll), in the order first met
+        self._missing: tuple[dict[Any, None], ...] | None = None
 
     @staticmethod
     def ceil(v: float) -> float:
@@ -198,40 +199,36 @@ class _ScalarOps:
     def choose(i: Any, options: Sequence[Any]) -> Any:
         return options[int(i)]
 
-    def _lookup(self, memo: dict[Any, float], which: int, key: tuple[Any, ...]) -> float | None:
-        t = memo.get(key)
-        if t is None and self._missing is not None:
-            self._missing[which].add(key)
-            return 0.0
-        return t
-
+    # The lookups below are the hot path of a warm evaluation: a dict hit, nothing else.
     def gemm(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
         key = (m, n, k, batch)
-        t = self._lookup(self._gemm, 0, key)
-        if t is None:
-            t = self._gemm[key] = float(gemm(self.caps, m, n, k, batch, detail=False)["time_s"])
-        return t
+        t = self._gemm.get(key)
+        return self._miss(0, key) if t is None else t
 
     def gemm3(self, m: float, n: float, k: float, batch: float = 1.0) -> tuple[Any, Any, Any]:
         return self.gemm(m, n, k, batch), self.gemm(m, k, n, batch), self.gemm(k, n, m, batch)
 
     def mem(self, nbytes: float, flops: float = 0.0, launches: float = 1.0) -> float:
         key = (nbytes, flops, launches)
-        t = self._lookup(self._mem, 1, key)
-        if t is None:
-            t = self._mem[key] = float(memory_op_time_s(self.caps, *key[:2], launches=launches))
-        return t
+        t = self._mem.get(key)
+        return self._miss(1, key) if t is None else t
 
     def coll(self, kind: str, msg: float, size: float, stride: float) -> float:
         if size <= 1 or msg <= 0:  # no communication (collective_time_s gives 0 too)
             return 0.0
-        key = (kind, msg, size, stride)
-        t = self._lookup(self._coll, 2, key)
-        if t is None:
-            t = self._coll[key] = float(
-                collective_time_s(kind, msg, size, net=self.net, stride=stride)
-            )
-        return t
+        key = (_SAME_COST.get(kind, kind), msg, size, stride)
+        t = self._coll.get(key)
+        return self._miss(2, key) if t is None else t
+
+    def _miss(self, which: int, key: tuple[Any, ...]) -> float:
+        """A kernel not memoised: a recorder collects it (answered 0), else it is evaluated."""
+        if self._missing is not None:
+            self._missing[which][key] = None
+            return 0.0
+        missing: tuple[dict[Any, None], ...] = ({}, {}, {})
+        missing[which][key] = None
+        self._evaluate(missing)
+        return (self._gemm, self._mem, self._coll)[which][key]
 
     def recorder(self) -> _ScalarOps:
         """A view on the same memos that collects misses instead of evaluating them."""
@@ -239,30 +236,39 @@ class _ScalarOps:
             for memo in (self._gemm, self._mem, self._coll):
                 memo.clear()
         view = copy(self)
-        view._missing = [set(), set(), set()]
+        view._missing = ({}, {}, {})
         return view
 
     def flush(self, recorded: _ScalarOps) -> int:
         """Evaluate a recorder's misses, one vectorised call per model; how many there were."""
-        missing = recorded._missing
-        if not missing:
+        if recorded._missing is None:
             return 0
-        gemms, mems, colls = (sorted(m, key=repr) for m in missing)
+        return self._evaluate(recorded._missing)
+
+    def _evaluate(self, missing: Sequence[Mapping[tuple[Any, ...], None]]) -> int:
+        """Memoise the times of the missing kernels, one vectorised call per model (every
+        collective in one call); how many there were. Rows are independent: their order and
+        company do not change a time."""
+        gemms, mems, colls = (list(m) for m in missing)
         if gemms:
             m, n, k, b = (np.array(c, dtype=float) for c in zip(*gemms, strict=True))
             times = gemm(self.caps, m, n, k, b, detail=False)["time_s"]
-            self._gemm.update(zip(gemms, map(float, np.atleast_1d(times)), strict=True))
+            self._gemm.update(zip(gemms, times.tolist(), strict=True))
         if mems:
             nbytes, flops, launches = (np.array(c, dtype=float) for c in zip(*mems, strict=True))
             times = memory_op_time_s(self.caps, nbytes, flops, launches=launches)
-            self._mem.update(zip(mems, map(float, np.atleast_1d(times)), strict=True))
-        for kind in {key[0] for key in colls}:
-            keys = [key for key in colls if key[0] == kind]
-            _, msg, size, stride = (np.array(c) for c in zip(*keys, strict=True))
-            times = collective_time_s(kind, msg, size, net=self.net, stride=stride)
-            self._coll.update(zip(keys, map(float, np.atleast_1d(times)), strict=True))
+            self._mem.update(zip(mems, times.tolist(), strict=True))
+        if colls:
+            kinds, msg, size, stride = zip(*colls, strict=True)
+            times = collective_time_s(kinds, np.array(msg), np.array(size), net=self.net,
+                                      stride=np.array(stride))  # fmt: skip
+            self._coll.update(zip(colls, times.tolist(), strict=True))
         return len(gemms) + len(mems) + len(colls)
 
+
+#: Collectives with one cost model (the same ring and hierarchical algorithms in network.py;
+#: tests/oracle/test_network.py checks it), memoised under one key.
+_SAME_COST = {"all_gather": "reduce_scatter"}
 
 #: Memoised kernel times per scalar operation set, all models together, before a reset.
 _SCALAR_MEMO_MAX = 200_000
