@@ -67,9 +67,12 @@ def main() -> None:
         if "mlp" in models:
             _bench_mlp(df, args.seed)
         if "gp" in models:
-            _, report = fit_surrogate(df, "gp", targets=TARGETS, random_state=args.seed,
-                                      max_train_rows=args.gp_rows)  # fmt: skip
-            _print_report(f"Exact GP ({args.gp_rows:,} training rows)", report)
+            gp, report = fit_surrogate(df, "gp", targets=TARGETS, random_state=args.seed,
+                                       max_train_rows=args.gp_rows)  # fmt: skip
+            params = gp.model.get_params()
+            rows = min(params["hyperparameter_rows"] or report["num_train"], report["num_train"])
+            _print_report(f"Exact GP ({report['num_train']:,} training rows; {params['kernel']} "
+                          f"kernel, hyperparameters from {rows:,} rows)", report)  # fmt: skip
         if "svgp" in models:
             _, report = fit_surrogate(df, "svgp", targets=TARGETS, random_state=args.seed)
             _print_report("SVGP (all training rows)", report)
