@@ -123,7 +123,7 @@ def test_loads_a_gp_saved_before_kernels_and_indicators(tmp_path: Path) -> None:
     model = ExactGP(max_iter=5, kernel="rbf", one_hot_levels=0).fit(X, Y)
     model.save(tmp_path / "m")
     weights = torch.load(tmp_path / "m" / "weights.pt", weights_only=True)
-    del weights["kernel"], weights["levels"]
+    del weights["kernel"], weights["levels"], weights["std_scale"]
     torch.save(weights, tmp_path / "m" / "weights.pt")
     meta = json.loads((tmp_path / "m" / "surrogate.json").read_text())
     del meta["params"]["kernel"], meta["params"]["one_hot_levels"]
@@ -131,3 +131,25 @@ def test_loads_a_gp_saved_before_kernels_and_indicators(tmp_path: Path) -> None:
     loaded = Surrogate.load(tmp_path / "m")
     assert loaded.kernel == "rbf"
     np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(loaded.std_scale_, np.ones(Y.shape[1]))  # raw posterior std
+
+
+def test_intervals_are_calibrated_by_leave_one_out() -> None:
+    """A noise-free target's raw intervals sit at the likelihood's noise floor (coverage ~1);
+    the leave-one-out scale brings both outputs' held-out coverage near 95 %."""
+    rng = np.random.default_rng(0)
+
+    def problem(n: int) -> tuple[np.ndarray, np.ndarray]:
+        X = rng.random((n, 3))
+        noisy = np.sin(6 * X[:, 0]) + 0.1 * rng.standard_normal(n)
+        return X, np.column_stack([noisy, 2 * X[:, 1] + X[:, 2]])
+
+    X, Y = problem(300)
+    model = ExactGP().fit(X, Y)
+    assert model.std_scale_[1] < 0.5 < model.std_scale_[0]
+    Xt, Yt = problem(2000)
+    mean, std = model.predict(Xt, return_std=True)
+    coverage = (np.abs(Yt - mean) <= 1.96 * std).mean(axis=0)
+    assert np.all((coverage > 0.90) & (coverage < 0.99)), coverage
+    raw = std / model.std_scale_
+    assert (np.abs(Yt - mean) <= 1.96 * raw).mean(axis=0)[1] > 0.99
