@@ -32,11 +32,14 @@ __all__ = [
     "History",
     "OptunaSearcher",
     "RandomSearcher",
+    "level_sweeps",
+    "local_moves",
     "make_sampler",
     "scaled_constraints",
 ]
 
 F = NDArray[np.float64]
+_EDGE = 1e-9  # local moves stay this far inside the unit cube
 
 
 @dataclass
@@ -244,3 +247,89 @@ def mutate(
             flip = rng.random(count) < max(1.0 / d, 1.0 / math.sqrt(count))
             parents[flip, j] = rng.integers(0, dim.num_levels, size=int(flip.sum()))
     return parents
+
+
+def local_moves(
+    parents: F, search_space: SearchSpace, rng: np.random.Generator, *, count: int, radius: float
+) -> F:
+    """``count`` moves within ``radius`` of rows of ``parents`` (a trust region's candidates).
+
+    Each move copies a random parent and changes a random subset of its dims (each dim with
+    one probability per move, drawn log-uniformly between 1/d and 1, so both one-dim and
+    all-dim moves occur; at least one dim changes):
+
+    - continuous: a Gaussian step of standard deviation ``radius`` (unit cube), clipped to
+      [1e-9, 1 - 1e-9];
+    - integer dims: the level nearest to the parent's coordinates (:attr:`Dim.coords`, else
+      its unit-cube value) plus a Gaussian step of ``radius``, among the other levels (a
+      small radius gives a neighbouring level: one mapping degree doubled or halved);
+    - categorical dims: a random other level.
+
+    Args:
+        parents: (p, d) native coordinates (p >= 1; none gives an empty result).
+        search_space: the typed dims.
+        rng: the generator.
+        count: moves to make.
+        radius: step size in unit-cube units (> 0).
+
+    Returns:
+        (count, d) native coordinates.
+    """
+    d = search_space.num_dims
+    if len(parents) == 0 or count == 0:
+        return np.empty((0, d))
+    out = np.asarray(parents, dtype=float)[rng.integers(0, len(parents), size=count)].copy()
+    prob = np.exp(rng.uniform(math.log(1.0 / d), 0.0, size=count))
+    change = rng.random((count, d)) < prob[:, None]
+    change[np.arange(count), rng.integers(0, d, size=count)] = True
+    for j, dim in enumerate(search_space.dims):
+        rows = np.flatnonzero(change[:, j])
+        if rows.size == 0:
+            continue
+        if dim.kind == "continuous":
+            step = radius * rng.standard_normal(rows.size)
+            # Clipped into the open cube: steps past an edge land on it (where optima of
+            # budgets often lie), but not exactly on 0, which a log-encoded input rejects.
+            out[rows, j] = np.clip(out[rows, j] + step, _EDGE, 1.0 - _EDGE)
+            continue
+        if dim.num_levels < 2:
+            continue
+        level = np.clip(np.rint(out[rows, j]), 0, dim.num_levels - 1).astype(np.int64)
+        coords = np.asarray(dim.coords, dtype=float).reshape(dim.num_levels, -1)
+        if dim.kind == "integer" and coords.shape[1] == 0:  # ordered: by its cube values
+            coords = np.asarray(dim.levels_u, dtype=float)[:, None]
+        if coords.shape[1]:
+            target = coords[level] + radius * rng.standard_normal((rows.size, coords.shape[1]))
+            dist = ((target[:, None, :] - coords[None, :, :]) ** 2).sum(axis=2)
+            dist[np.arange(rows.size), level] = np.inf  # always another level
+            out[rows, j] = dist.argmin(axis=1)
+        else:
+            other = rng.integers(0, dim.num_levels - 1, size=rows.size)
+            out[rows, j] = other + (other >= level)
+    return out
+
+
+def level_sweeps(parents: F, search_space: SearchSpace) -> F:
+    """Every single-dim change of a discrete dim of each parent: each row of ``parents``
+    with one integer or categorical dim set to each of its other levels (a coordinate
+    sweep: e.g. every valid mapping of a good design, which local steps reach slowly).
+
+    Args:
+        parents: (p, d) native coordinates.
+        search_space: the typed dims.
+
+    Returns:
+        (p × Σ (levels - 1), d) native coordinates, parent by parent.
+    """
+    parents = np.asarray(parents, dtype=float).reshape(-1, search_space.num_dims)
+    blocks: list[F] = []
+    for row in parents:
+        for j, dim in enumerate(search_space.dims):
+            if dim.kind == "continuous" or dim.num_levels < 2:
+                continue
+            current = int(np.clip(np.rint(row[j]), 0, dim.num_levels - 1))
+            others = np.delete(np.arange(dim.num_levels, dtype=float), current)
+            block = np.repeat(row[None, :], others.size, axis=0)
+            block[:, j] = others
+            blocks.append(block)
+    return np.vstack(blocks) if blocks else np.empty((0, search_space.num_dims))

@@ -10,9 +10,15 @@ searcher works in the **native** coordinates ``z`` of the same d dimensions:
 - ``categorical`` (categorical variables): ``z`` = choice index 0..L-1, unordered.
 
 Level i of a discrete dimension is the unit-cube value at the middle of the interval that
-decodes to it, so ``decode(to_unit(z))`` gives exactly level i. Optuna sees the same
-dimensions as parameters (floats in [0, 1], integers by their values, categoricals by their
-labels); BoTorch sees ``z`` with ``discrete_dims`` and ``cat_dims``.
+decodes to it, so ``decode(to_unit(z))`` gives exactly level i. Ordered (integer) dims also
+carry each level's **coordinates**, what the level means as numbers, for local moves: an
+integer variable's unit-cube value, and for the mapping index the log2 of each degree that
+varies in the table (tensor, pipeline, data parallel, micro-batch), scaled so the table's
+widest degree spans 1 (the index order when the tables differ between designs). Neighbouring
+mappings (one degree doubled, another halved) are then close, although their indices are far
+apart. Optuna sees the same dimensions as parameters (floats in [0, 1], integers by their
+values, categoricals by their labels); BoTorch sees ``z`` with ``discrete_dims`` and
+``cat_dims``.
 """
 
 from __future__ import annotations
@@ -43,12 +49,16 @@ class Dim:
         levels_u: discrete dims: the unit-cube value of each level.
         labels: discrete dims: the value shown to Optuna for each level (the integer, or the
             choice as a string/bool/number).
+        coords: integer dims: one tuple of numbers per level, the level's meaning (see the
+            module docstring); empty for continuous and categorical dims (and for integer
+            dims made with :meth:`SearchSpace.from_dims` without them: their cube values).
     """
 
     name: str
     kind: str
     levels_u: tuple[float, ...] = ()
     labels: tuple[Any, ...] = ()
+    coords: tuple[tuple[float, ...], ...] = ()
 
     @property
     def num_levels(self) -> int:
@@ -65,6 +75,17 @@ def _integer_levels(low: int, high: int, log: bool) -> tuple[float, ...]:
         (0.5 * (math.log(v) + math.log(v + 1.0)) - math.log(low)) / span
         for v in range(low, high + 1)
     )
+
+
+def _mapping_coords(table: NDArray[np.int64]) -> tuple[tuple[float, ...], ...]:
+    """Per row of a mapping table: log2 of each degree that varies, scaled so that the
+    widest degree spans [0, 1] (a doubling is the same step for every degree)."""
+    logs = np.log2(np.maximum(np.asarray(table, dtype=float), 1.0))
+    logs = logs[:, np.ptp(logs, axis=0) > 0]
+    if logs.shape[1] == 0:
+        return tuple(() for _ in range(len(table)))
+    logs = (logs - logs.min(axis=0)) / np.ptp(logs, axis=0).max()
+    return tuple(tuple(float(v) for v in row) for row in logs)
 
 
 def _label(choice: Any) -> Any:
@@ -95,7 +116,8 @@ class SearchSpace:
             elif v.type == "integer":
                 low, high = int(v.low), int(v.high)
                 levels = _integer_levels(low, high, v.scale == "log")
-                dims.append(Dim(v.name, "integer", levels, tuple(range(low, high + 1))))
+                coords = tuple((u,) for u in levels)
+                dims.append(Dim(v.name, "integer", levels, tuple(range(low, high + 1)), coords))
             else:
                 count = len(v.choices)
                 levels = tuple((i + 0.5) / count for i in range(count))
@@ -105,7 +127,12 @@ class SearchSpace:
             if len(sizes) == 1:
                 count = sizes.pop()
                 levels = tuple((i + 0.5) / count for i in range(count))
-                dims.append(Dim("mapping", "integer", levels, tuple(range(count))))
+                # Coordinates only when every table holds the same rows (then index i means
+                # the same mapping in every design); otherwise the index order.
+                tables = list(space.mapping_tables.values())
+                same = all(np.array_equal(t, tables[0]) for t in tables[1:])
+                mapping_coords = _mapping_coords(tables[0]) if same else tuple((u,) for u in levels)
+                dims.append(Dim("mapping", "integer", levels, tuple(range(count)), mapping_coords))
             else:
                 dims.append(Dim("mapping", "continuous"))
         if len(dims) != space.num_dims:  # pragma: no cover - a bug, not user input
