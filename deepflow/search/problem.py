@@ -1,4 +1,5 @@
-"""What a search evaluates: the oracle over a design space, or a surrogate of it.
+"""What a search evaluates: the oracle over a design space (the surrogate-assisted strategy
+puts its fitted surrogate in the oracle's place, ``assisted.py``).
 
 A problem maps (n, d) points of its unit cube to a table of the dataset's columns (``x_*``
 inputs, ``y_*`` outputs, ``c_*`` constraints <= 0 feasible, ``feasible``). The oracle problem
@@ -17,7 +18,7 @@ from deepflow.datasets.label import decode, label_points, output_names, x_column
 from deepflow.datasets.space import DesignSpace
 from deepflow.search.space import SearchSpace
 
-__all__ = ["OracleProblem", "Problem", "SurrogateProblem"]
+__all__ = ["OracleProblem", "Problem"]
 
 F = NDArray[np.float64]
 
@@ -71,41 +72,3 @@ class OracleProblem:
                 "oracle_version": self.oracle_version,
             }
         }
-
-
-class SurrogateProblem:
-    """A fitted :class:`~deepflow.surrogate.SurrogateModel` standing in for the oracle.
-
-    Outputs are the surrogate's medians (``y_*`` for its targets); the oracle's constraints
-    are replaced by the feasibility classifier: ``c_infeasible_probability = p_infeasible
-    - 0.5`` (<= 0 when the design is more likely feasible than not). ``*_std`` columns hold
-    the predictive standard deviations.
-
-    Args:
-        base: the problem the surrogate was trained on (its inputs and search space).
-        model: the fitted surrogate.
-    """
-
-    def __init__(self, base: Problem, model: Any) -> None:
-        self.base = base
-        self.model = model
-        self.search_space = base.search_space
-        self.constraint_names = ["infeasible_probability"]
-
-    def inputs(self, u: F) -> Any:
-        return self.base.inputs(u)
-
-    def evaluate(self, u: F) -> Any:
-        x = self.base.inputs(u)
-        pred = self.model.predict(x)
-        out = x.copy()
-        for t in self.model.targets:
-            out[t] = pred[t].to_numpy()
-            out[f"{t}_std"] = pred[f"{t}_std"].to_numpy()
-        p = pred["p_feasible"].to_numpy() if "p_feasible" in pred else np.ones(len(x))
-        out["c_infeasible_probability"] = 0.5 - p
-        out["feasible"] = p >= 0.5
-        return out
-
-    def frame_attrs(self) -> dict[str, Any]:
-        return self.base.frame_attrs()
