@@ -523,7 +523,7 @@ def measured_step_time_s(case: dict[str, Any]) -> float:
         if batch and _get(measured, "samples_per_s") is not None:
             return float(batch) / _number(case, "measured.samples_per_s", measured["samples_per_s"])
     definition = str(measured.get("flops_definition") or "").lower()
-    if case.get("group", "").startswith("narayanan2021") and not definition:
+    if str(case.get("group") or "").startswith("narayanan2021") and not definition:
         definition = "eq. 3"
     if model and _get(measured, "tflops_per_gpu") is not None:
         tflops = _number(case, "measured.tflops_per_gpu", measured["tflops_per_gpu"])
