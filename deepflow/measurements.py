@@ -24,6 +24,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from deepflow.errors import ConfigError
@@ -93,7 +94,9 @@ FRAMEWORKS: dict[str, dict[str, bool]] = {
 }  # fmt: skip
 
 
+@cache
 def _preset_raw(kind: str, name: str) -> Mapping[str, Any]:
+    """A shipped preset's raw YAML (read once; never mutated here)."""
     from deepflow.config.loader import preset_path, read_yaml
 
     path = preset_path(kind, name)
@@ -389,10 +392,10 @@ def _modelled_batch(case: dict[str, Any], dp: int) -> int:
     return max(1, round(_case_batch(case) / unit)) * unit
 
 
-def batch_scale(case: dict[str, Any]) -> float:
-    """Case batch / modelled batch: the factor that takes the modelled step to the case's
-    (the step time scales with the number of micro-batches)."""
-    scenario = training_case_scenario(case)
+def batch_scale(case: dict[str, Any], scenario: Any) -> float:
+    """Case batch / modelled batch (``scenario`` from :func:`training_case_scenario`): the
+    factor that takes the modelled step to the case's (the step time scales with the number
+    of micro-batches)."""
     return _case_batch(case) / scenario.workload.global_batch_size
 
 

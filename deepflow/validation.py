@@ -150,9 +150,10 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
         cases = [c for g in TRAINING_GROUPS for c in load_measurements(g)]
     rows = []
     for case in cases:
-        result = evaluate_one(training_case_scenario(case))
+        scenario = training_case_scenario(case)
+        result = evaluate_one(scenario)
         measured = measured_step_time_s(case)
-        model = result["step_time_s"] * batch_scale(case)
+        model = result["step_time_s"] * batch_scale(case, scenario)
         rows.append({
             "id": case["id"], "group": case["group"], "measured_s": measured,
             "model_s": model,

@@ -253,7 +253,7 @@ def test_a_batch_that_does_not_divide_is_modelled_at_the_nearest_multiple_and_re
     case["training"]["global_batch_size"] = 1536 + 100
     scenario = training_case_scenario(case)
     assert scenario.workload.global_batch_size == 1536
-    assert batch_scale(case) == pytest.approx(1636 / 1536)
+    assert batch_scale(case, scenario) == pytest.approx(1636 / 1536)
     assert score_training_row(case) == pytest.approx(exact * 1636 / 1536)
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "load_network",
     "load_scenario",
     "load_technology",
+    "load_yaml",
     "preset_path",
     "read_yaml",
     "scenario_from_mapping",
@@ -148,12 +149,12 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def read_yaml(path: str | Path, *, what: str = "a YAML mapping") -> Mapping[str, Any]:
-    """Read a YAML file whose top level must be a mapping.
+def load_yaml(path: str | Path) -> Any:
+    """Parse a YAML file (any top level; None for an empty file).
 
     Raises:
-        ConfigError: missing file, a directory, empty file, YAML syntax error, or a top level
-            that is not a mapping. The message starts with the file name.
+        ConfigError: missing file, a directory, an unreadable file or a YAML syntax error.
+            The message starts with the file name.
     """
     p = Path(path)
     shown = str(path)
@@ -172,6 +173,18 @@ def read_yaml(path: str | Path, *, what: str = "a YAML mapping") -> Mapping[str,
         problem = getattr(exc, "problem", None) or str(exc)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ConfigError(f"{shown}: YAML syntax error{where}: {problem}.") from exc
+    return data
+
+
+def read_yaml(path: str | Path, *, what: str = "a YAML mapping") -> Mapping[str, Any]:
+    """Read a YAML file whose top level must be a mapping.
+
+    Raises:
+        ConfigError: missing file, a directory, empty file, YAML syntax error, or a top level
+            that is not a mapping. The message starts with the file name.
+    """
+    shown = str(path)
+    data = load_yaml(path)
     if data is None:
         raise ConfigError(f"{shown}: file is empty; expected {what}.")
     if not isinstance(data, Mapping):

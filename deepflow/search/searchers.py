@@ -231,24 +231,6 @@ class BotorchSearcher:
         return np.where(np.isfinite(z), z, 0.5)
 
 
-def mutate(
-    z: F, search_space: SearchSpace, rng: np.random.Generator, *, count: int, sigma: float = 0.05
-) -> F:
-    """``count`` neighbours of the rows of ``z``: Gaussian steps on continuous dims, a
-    random other level on each discrete dim with probability max(1/d, 1/√count)."""
-    if len(z) == 0 or count == 0:
-        return np.empty((0, search_space.num_dims))
-    parents = z[rng.integers(0, len(z), size=count)].copy()
-    d = search_space.num_dims
-    for j, dim in enumerate(search_space.dims):
-        if dim.kind == "continuous":
-            parents[:, j] = np.clip(parents[:, j] + sigma * rng.standard_normal(count), 0, 1)
-        else:
-            flip = rng.random(count) < max(1.0 / d, 1.0 / math.sqrt(count))
-            parents[flip, j] = rng.integers(0, dim.num_levels, size=int(flip.sum()))
-    return parents
-
-
 def local_moves(
     parents: F, search_space: SearchSpace, rng: np.random.Generator, *, count: int, radius: float
 ) -> F:

@@ -115,22 +115,10 @@ def _catalogue(model: Any) -> list[_Var]:
 
 
 def _read(path: Path) -> list[Any]:
-    import yaml
+    from deepflow.config.loader import load_yaml
 
     shown = str(path)
-    if not path.exists():
-        raise ConfigError(f"{shown}: no such file.")
-    if path.is_dir():
-        raise ConfigError(f"{shown}: is a directory, not a YAML file.")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{shown}: cannot be read ({exc}).") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{shown}: YAML syntax error{where}: {problem}.") from exc
+    data = load_yaml(path)
     if isinstance(data, Mapping):
         for k in data:
             if k != "points":

@@ -801,10 +801,12 @@ def _compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
                 emb_params / layers_stage,
             )
         ]
+
+        def blocking(kind: str, t: Any) -> Any:
+            return o.maximum(o.coll(kind, t, dp, st_dp), t * (dp - 1) / dp / rate)
+
         per_layer = sum(
-            gathers * o.maximum(o.coll("all_gather", t, dp, st_dp), t * (dp - 1) / dp / rate)
-            + o.maximum(o.coll("reduce_scatter", t, dp, st_dp), t * (dp - 1) / dp / rate)
-            for t in tensors_B
+            gathers * blocking("all_gather", t) + blocking("reduce_scatter", t) for t in tensors_B
         )
         dp_zero3 = o.where(sync, m * layers_stage * per_layer, dp_zero3)
     dp_sharded = o.where(zero >= 3, dp_zero3, o.where(zero >= 1, dp_dist, dp_plain))
