@@ -8,7 +8,7 @@ from deepflow.oracle.evaluate import network_model
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.kernels import gemm, memory_op_time_s
 from deepflow.oracle.network import collective_time_s
-from deepflow.oracle.workloads.transformer import _ScalarOps
+from deepflow.oracle.workloads.transformer.ops import ScalarOps as _ScalarOps
 from tests.conftest import REPO
 
 SCENARIO = REPO / "configs" / "scenarios" / "gpt3-175b-a100.yaml"

@@ -1,0 +1,121 @@
+"""Data parallelism and the optimizer: a stage's parameters, gradient synchronisation under
+plain data parallelism, ZeRO-1/2 (distributed optimizer) and ZeRO-3/FSDP, the Adam step, and
+the tied-embedding sync between the first and last stage.
+
+Formulas: ``docs/model.md`` §C2.1 (bytes per parameter), §C3.1–§C3.2 (volumes and overlap),
+§C6.3 (the optimizer's memory-bound pass).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from deepflow.oracle.workloads.transformer.layer import LayerTimes
+from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
+
+__all__ = ["StageParams", "data_parallel_comm", "embedding_sync", "optimizer", "stage_params"]
+
+#: Adam step bytes per locally optimised parameter: read 16 B, write 14 B (§C6.3).
+_ADAM_BYTES = 30.0
+_ADAM_FLOPS = 11.0  # Calculon: 11 FLOPs per parameter (§C6.3)
+#: Gradient-norm pass before the step (clipping): read the 4-byte main gradient (§C6.3).
+_GRAD_NORM_BYTES = 4.0
+
+
+class StageParams(NamedTuple):
+    """Parameters of one pipeline stage on one tensor/expert-parallel rank."""
+
+    stage: Any  #: elements held by the stage's rank (its layers, plus embeddings at the ends)
+    embedding: Any  #: elements of the (tied) embedding, vocab × h
+    grad_bytes: Any  #: bytes per gradient element: fp32 main grads (Megatron), bf16 (FSDP)
+
+
+def stage_params(i: Inputs, o: Any) -> StageParams:
+    """A stage's parameters: dense weights split by TP, experts by EP (docs/model.md §C2.1)."""
+    h, ffn, experts, moe = i.h, i.ffn, i.experts, i.moe
+    emb_params = i.vocab * h
+    dense_layer_params = params_per_layer(i.x, o) - o.where(moe, i.mats * h * ffn * experts, 0.0)
+    expert_params = o.where(moe, i.mats * h * ffn * experts / i.ep, 0.0)
+    stage_layer_params = i.layers_stage * (dense_layer_params + expert_params) / i.tp
+    stage = stage_layer_params + o.where(i.pp == 1, 2 * emb_params, emb_params) / i.tp
+    grad_bytes = o.where(i.zero >= 3, i.p, 4.0)  # fp32 main grads (Megatron), bf16 FSDP (§C2.1)
+    return StageParams(stage=stage, embedding=emb_params, grad_bytes=grad_bytes)
+
+
+def data_parallel_comm(i: Inputs, o: Any, params: StageParams, layer: LayerTimes,
+                       zero3_2021_rate_Bps: float) -> Any:  # fmt: skip
+    """Exposed data-parallel seconds of a step.
+
+    Plain data parallelism all-reduces the gradients once per step; ZeRO-1/2 (distributed
+    optimizer) reduce-scatters them and all-gathers the updated parameters; with
+    ``overlap_grad_reduce`` they hide under the last micro-batch's backward (gathers under its
+    forward). ZeRO-3/FSDP: parameters gathered for forward and backward and gradients
+    reduce-scattered every micro-batch, prefetched under compute; the first gather and last
+    reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2).
+    """
+    dp, st_dp, m = i.dp, i.st_dp, i.m
+    grads = params.stage * params.grad_bytes
+    params_b = params.stage * i.p
+    ar_dp = o.coll("all_reduce", grads, dp, st_dp)
+    rs_dp = o.coll("reduce_scatter", grads, dp, st_dp)
+    ag_dp = o.coll("all_gather", params_b, dp, st_dp)
+    t_f_stage = i.layers_stage * layer.fwd
+    t_b_stage = i.layers_stage * layer.bwd
+    overlap = i.x["overlap_grad_reduce"] > 0
+    plain = o.where(overlap, o.maximum(ar_dp - t_b_stage, 0.0), ar_dp)
+    dist = o.where(overlap, o.maximum(rs_dp - t_b_stage, 0.0) + o.maximum(
+        ag_dp - t_f_stage, 0.0), rs_dp + ag_dp)  # fmt: skip
+    per_mb = o.maximum(ag_dp - t_f_stage, 0.0) + o.maximum(ag_dp + rs_dp - t_b_stage, 0.0)
+    zero3 = m * per_mb + (ag_dp + rs_dp) / o.maximum(i.layers_stage, 1.0)
+    sync = (i.zero >= 3) & o.not_(overlap) & (dp > 1)
+    if o.any(sync):
+        zero3 = o.where(sync, _zero3_blocking(i, o, params, zero3_2021_rate_Bps), zero3)
+    sharded = o.where(i.zero >= 3, zero3, o.where(i.zero >= 1, dist, plain))
+    return o.where(dp > 1, sharded, 0.0)
+
+
+def _zero3_blocking(i: Inputs, o: Any, params: StageParams, rate_Bps: float) -> Any:
+    """DeepSpeed's ZeRO-3 of 2021 (no overlap): each module fetches its parameters with a
+    blocking all-gather of its own (every all_gather synchronised the device: DeepSpeed PR
+    #1188, issue #1069), so no gather hides under compute; the recompute forward fetches them
+    again (parameters are released after each module's forward); gradients are
+    reduce-scattered per module, on the critical path too (§C3.1 ZeRO-3: 3Ψ, plus Ψ with full
+    recompute). Each of those collectives moved at most the framework's own rate per GPU
+    (per-parameter calls, a device sync and a Python-side copy each), measured on one NVLink
+    node (configs/calibration/frameworks.yaml): the longer of NCCL's time and that."""
+    h, a, kv, d_h, tp, dp = i.h, i.a, i.kv, i.d_h, i.tp, i.dp
+    gathers = o.where(i.rc == 2, 3.0, 2.0)
+    # QKV, projection, the two MLP matrices, and the (tied) embedding spread over layers
+    tensors_B = [
+        t / tp * i.p
+        for t in (
+            h * (a + 2 * kv) * d_h,
+            a * d_h * h,
+            (i.mats - 1) * h * i.ffn * i.local_experts,
+            h * i.ffn * i.local_experts,
+            params.embedding / i.layers_stage,
+        )
+    ]
+
+    def blocking(kind: str, t: Any) -> Any:
+        return o.maximum(o.coll(kind, t, dp, i.st_dp), t * (dp - 1) / dp / rate_Bps)
+
+    per_layer = sum(
+        gathers * blocking("all_gather", t) + blocking("reduce_scatter", t) for t in tensors_B
+    )
+    return i.m * i.layers_stage * per_layer
+
+
+def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
+    """Adam and the gradient-norm pass over the locally optimised parameters, and zeroing the
+    local gradient buffer for the next step's accumulation (§C6.3; ZeRO-3/FSDP frees it)."""
+    opt_params = o.where(i.zero >= 1, params.stage / i.dp, params.stage)
+    zeroing = o.where(i.zero >= 3, 0.0, params.grad_bytes * params.stage)
+    opt_bytes = (_ADAM_BYTES + _GRAD_NORM_BYTES) * opt_params + zeroing
+    return o.mem(opt_bytes, _ADAM_FLOPS * opt_params, 6.0)
+
+
+def embedding_sync(i: Inputs, o: Any, params: StageParams) -> Any:
+    """The tied embedding's gradient all-reduce between the first and the last stage."""
+    msg = params.embedding / i.tp * params.grad_bytes
+    return o.where(i.pp > 1, o.coll("all_reduce", msg, 2.0, i.st_pp), 0.0)

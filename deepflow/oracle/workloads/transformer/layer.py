@@ -1,0 +1,258 @@
+"""One transformer layer, per micro-batch: GEMMs, attention, elementwise kernels, and the
+tensor-, context- and expert-parallel communication that is not hidden under them.
+
+Each component is a function of ``(caps, inputs, ops)`` returning a small named result;
+:func:`layer_times` sums them into the per-layer breakdown. Formulas: ``docs/model.md``
+part C (§C1 FLOPs, §C3 communication, §C6 kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from deepflow.oracle.hardware import DeviceCaps
+from deepflow.oracle.workloads.transformer.shapes import Inputs
+
+__all__ = [
+    "Attention",
+    "ContextComm",
+    "Elementwise",
+    "ExpertComm",
+    "GemmTimes",
+    "LayerGemms",
+    "LayerTimes",
+    "TensorComm",
+    "attention",
+    "context_comm",
+    "elementwise",
+    "expert_comm",
+    "layer_gemms",
+    "layer_times",
+    "tensor_comm",
+]
+
+#: FlashAttention skips KV tiles above the causal diagonal: executed fraction (1 + w/s)/2 with
+#: KV tile width w = 128 (docs/model.md §C1.1).
+_FLASH_KV_TILE = 128.0
+#: FlashAttention backward runs 5 matmuls against 2 forward (it recomputes S): 2.5× (§C1.2).
+_FLASH_BWD = 2.5
+
+
+class GemmTimes(NamedTuple):
+    """Seconds of one linear layer: forward GEMM(m, n, k), input-gradient GEMM(m, k, n) and
+    weight-gradient GEMM(k, n, m)."""
+
+    fwd: Any
+    dgrad: Any
+    wgrad: Any
+
+
+class LayerGemms(NamedTuple):
+    """The GEMMs of one layer (QKV, output projection, MLP up and down, MoE router)."""
+
+    qkv: GemmTimes
+    proj: GemmTimes
+    up: GemmTimes
+    down: GemmTimes
+    router: Any  #: forward, input-gradient and weight-gradient each (MoE only)
+    fwd: Any
+    dgrad: Any
+    wgrad: Any
+
+
+def layer_gemms(i: Inputs, o: Any) -> LayerGemms:
+    """Per-device GEMM shapes of a layer (docs/model.md §C1.1) and their times.
+
+    Experts: the ep ranks exchange tokens (uniform routing); each holds E/ep experts and
+    receives T·k tokens in total, T·k·ep/E per local expert (§C1.1, §C3.1).
+    """
+    T, h, tp, moe = i.T, i.h, i.tp, i.moe
+    tokens_mlp = o.where(moe, T * i.topk * i.ep / i.experts, T)  # per local expert with MoE
+    mlp_batch = o.where(moe, i.local_experts, 1.0)
+    qkv = (T, (i.a + 2 * i.kv) * i.d_h / tp, h)
+    proj = (T, h, i.a * i.d_h / tp)
+    up = (tokens_mlp, (i.mats - 1) * i.ffn / tp, h)  # GeLU fc1 or SwiGLU gate+up
+    down = (tokens_mlp, h, i.ffn / tp)
+    g_qkv, g_proj = GemmTimes(*o.gemm3(*qkv, 1.0)), GemmTimes(*o.gemm3(*proj, 1.0))
+    g_up, g_down = GemmTimes(*o.gemm3(*up, mlp_batch)), GemmTimes(*o.gemm3(*down, mlp_batch))
+    router = o.where(moe, o.gemm(T, i.experts, h, 1.0), 0.0) if o.any(moe) else 0.0
+    return LayerGemms(
+        qkv=g_qkv, proj=g_proj, up=g_up, down=g_down, router=router,
+        fwd=g_qkv.fwd + g_proj.fwd + g_up.fwd + g_down.fwd + router,
+        dgrad=g_qkv.dgrad + g_proj.dgrad + g_up.dgrad + g_down.dgrad + router,
+        wgrad=g_qkv.wgrad + g_proj.wgrad + g_up.wgrad + g_down.wgrad + router,
+    )  # fmt: skip
+
+
+class Attention(NamedTuple):
+    """Seconds of the attention core (scores, softmax, dropout, context), forward and backward."""
+
+    fwd: Any
+    bwd: Any
+
+
+def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
+    """The attention core of one layer.
+
+    Fused (flash) attention keeps the s×s scores in SRAM: its FLOPs run at the family's
+    attention-kernel efficiency (docs/model.md §C6.2) and only Q, K, V and O cross HBM;
+    causal masking skips the tiles above the diagonal; the backward pass executes 2.5× the
+    forward (§C1.2). Unfused: the two score-matrix GEMMs plus a fused scaled-masked softmax
+    (read + write) and dropout (read, write, 1-byte mask); backward: dropout (read dy and
+    mask, write) and softmax (read y and dy, write).
+    """
+    p, s, s_loc, d_h, mb = i.p, i.s, i.s_loc, i.d_h, i.mb
+    heads_loc = mb * i.a / i.tp
+    causal = (1.0 + _FLASH_KV_TILE / s) / 2.0
+    attn_flops = 4.0 * heads_loc * s_loc * s * d_h * causal
+    attn_rate = caps.peak_flops * caps.attention_efficiency * caps.training_sustained_fraction
+    qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
+    hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
+    flash_f = o.maximum(attn_flops / attn_rate, qkvo_bytes / hbm_rate) + caps.kernel_launch_s
+    flash_b = o.maximum(_FLASH_BWD * attn_flops / attn_rate, 2 * qkvo_bytes / hbm_rate) + (
+        caps.kernel_launch_s
+    )
+    scores = heads_loc * s_loc * s  # elements of the score matrix on this device
+    drop = i.x["dropout"]
+    soft_f = o.mem(scores * (2 * p + drop * (1 + 2 * p)), 5 * scores, 1 + drop)
+    soft_b = o.mem(scores * (3 * p + drop * (1 + 2 * p)), 4 * scores, 1 + drop)
+    if o.any(o.not_(i.flash)):  # unfused rows: the score-matrix GEMMs
+        unfused_f = o.gemm(s_loc, s, d_h, heads_loc) + o.gemm(s_loc, d_h, s, heads_loc) + soft_f
+    else:
+        unfused_f = soft_f
+    unfused_b = 2 * (unfused_f - soft_f) + soft_b
+    return Attention(fwd=o.where(i.flash, flash_f, unfused_f),
+                     bwd=o.where(i.flash, flash_b, unfused_b))  # fmt: skip
+
+
+class Elementwise(NamedTuple):
+    """Seconds of a layer's memory-bound kernels (norms, activation, residuals, rotary)."""
+
+    fwd: Any
+    bwd: Any
+
+
+def elementwise(i: Inputs, o: Any) -> Elementwise:
+    """Bytes per layer (docs/model.md §C6.3), as Megatron's fused kernels move them.
+
+    Forward: 2 norms (read x, write y) and 2 fused bias-dropout-residual-adds (read input and
+    residual, write 1, plus a 1-byte mask with dropout; Megatron-LM fused_bias_dropout_add) in
+    the SP region; fused bias-activation (read + write over F for GeLU, 2F -> F for SwiGLU) in
+    the TP region; rotary on Q and K for SwiGLU (Llama-style) models. Backward, per kernel's
+    autograd inputs and outputs: norm (read x and dy, write dx: 3), dropout-add (read dy and
+    the mask, write dx: 2), the residual fork's gradient sum (read 2, write 1: 3); activation
+    (read dy and the saved input, write dx: GeLU 3, SwiGLU 5); rotary (read dy, write dx: 2).
+    """
+    T, T_e, h, p, tp = i.T, i.T_e, i.h, i.p, i.tp
+    swiglu = i.x["swiglu"]
+    unit = T_e * h * p
+    mask = i.x["dropout"] * T_e * h
+    swi = swiglu > 0
+    act_fwd = o.where(swi, 3.0, 2.0) * T * i.ffn / tp * i.topk * p
+    act_bwd = o.where(swi, 5.0, 3.0) * T * i.ffn / tp * i.topk * p
+    rope = o.where(swi, 2 * T * (i.a + i.kv) * i.d_h / tp * p, 0.0)
+    fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
+    bwd_bytes = 2 * (3 + 2 + 3) * unit + 2 * mask + act_bwd + rope
+    launches = 5 + swiglu
+    return Elementwise(fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
+                       bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, launches + 2))  # fmt: skip
+
+
+class TensorComm(NamedTuple):
+    """Tensor-parallel collectives of one activation tensor and a layer's exposed share."""
+
+    all_reduce: Any
+    all_gather: Any
+    reduce_scatter: Any
+    fwd: Any  #: exposed seconds, forward
+    bwd: Any  #: exposed seconds, backward
+
+
+def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
+    """Tensor (and sequence) parallel communication of a layer (docs/model.md §C3.1, §C3.2).
+
+    Forward: 2 all-reduces (SP: 2 all-gathers + 2 reduce-scatters). Backward, as Megatron-LM's
+    tensor_parallel layers issue it: the column-parallel GEMMs (QKV, fc1) all-reduce (SP:
+    reduce-scatter) their input gradient asynchronously under their weight-gradient GEMM
+    (since 2021-09), and with SP re-gather their input asynchronously under their
+    input-gradient GEMM; with SP the row-parallel GEMMs (projection, fc2) must all-gather the
+    output gradient before either GEMM starts (exposed). With --tp-comm-overlap (TE
+    userbuffers) all of it hides under the GEMMs, the forward included.
+    """
+    sp, tp = i.sp, i.tp
+    act_msg = i.T * i.h * i.p  # one activation tensor, nccl 'size' (§C3.1)
+    ar = o.coll("all_reduce", act_msg, tp, i.st_tp)
+    ag = o.coll("all_gather", act_msg, tp, i.st_tp)
+    rs = o.coll("reduce_scatter", act_msg, tp, i.st_tp)
+    total_f = o.where(sp, 2 * (ag + rs), 2 * ar)
+    total_b = o.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
+    overlap = i.x["tp_comm_overlap"] > 0
+    col_dgrad, col_wgrad = gemms.qkv.dgrad + gemms.up.dgrad, gemms.qkv.wgrad + gemms.up.wgrad
+    plain_b = o.where(
+        sp,
+        2 * ag + o.maximum(2 * ag - col_dgrad, 0.0) + o.maximum(2 * rs - col_wgrad, 0.0),
+        o.maximum(2 * ar - col_wgrad, 0.0),
+    )
+    fwd = o.where(overlap, o.maximum(total_f - gemms.fwd, 0.0), total_f)
+    bwd = o.where(overlap, o.maximum(total_b - gemms.dgrad - gemms.wgrad, 0.0), plain_b)
+    return TensorComm(all_reduce=ar, all_gather=ag, reduce_scatter=rs, fwd=fwd, bwd=bwd)
+
+
+class ContextComm(NamedTuple):
+    """Exposed context-parallel seconds of a layer (K and V of the sequence, ring)."""
+
+    fwd: Any
+    bwd: Any
+
+
+def context_comm(i: Inputs, o: Any, attn: Attention) -> ContextComm:
+    """K and V of the whole sequence gathered over the context-parallel ring, overlapped with
+    the chunk in hand (docs/model.md §C3.1, §C3.2)."""
+    kv_msg = 2 * i.mb * i.s * i.kv * i.d_h * i.p
+    cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp)
+    return ContextComm(fwd=o.maximum(cp_ag - attn.fwd, 0.0),
+                       bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0))  # fmt: skip
+
+
+class ExpertComm(NamedTuple):
+    """Expert-parallel all-to-alls of a layer (dispatch + combine), exposed by default."""
+
+    fwd: Any
+    bwd: Any
+
+
+def expert_comm(i: Inputs, o: Any) -> ExpertComm:
+    """Expert parallelism is carved out of data parallelism (contract): EP ranks are DP ranks;
+    each token's hidden state goes to its top-k experts and back (docs/model.md §C3.2)."""
+    a2a = o.where(i.moe, o.coll("all_to_all", i.T * i.topk * i.h * i.p, i.ep, i.st_dp), 0.0)
+    return ExpertComm(fwd=2 * a2a, bwd=2 * a2a)
+
+
+class LayerTimes(NamedTuple):
+    """One layer's seconds per micro-batch: the breakdown ``parts`` (sums to fwd + bwd)."""
+
+    parts: dict[str, Any]
+    fwd: Any
+    bwd: Any
+
+
+def layer_times(i: Inputs, o: Any, gemms: LayerGemms, attn: Attention, elem: Elementwise,
+                tp: TensorComm, cp: ContextComm, ep: ExpertComm) -> LayerTimes:  # fmt: skip
+    """A layer's breakdown per micro-batch. Full recompute re-runs the forward (its TP
+    communication included); selective recompute re-runs the unfused attention core
+    (docs/model.md §C1.2)."""
+    compute_f = gemms.fwd + attn.fwd + elem.fwd
+    rc = i.rc
+    recompute = o.where(rc == 2, compute_f + tp.fwd,
+                        o.where((rc == 1) & o.not_(i.flash), attn.fwd, 0.0))  # fmt: skip
+    parts = {
+        "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,
+        "attention": attn.fwd + attn.bwd,
+        "elementwise": elem.fwd + elem.bwd,
+        "recompute": recompute,
+        "tensor_parallel_comm": tp.fwd + tp.bwd,
+        "context_parallel_comm": cp.fwd + cp.bwd,
+        "expert_parallel_comm": ep.fwd + ep.bwd,
+    }
+    fwd = compute_f + tp.fwd + cp.fwd + ep.fwd
+    return LayerTimes(parts=parts, fwd=fwd, bwd=sum(parts.values()) - fwd)
