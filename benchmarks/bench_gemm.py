@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_gemm.py
 The original's getGEMMTime searches 48,000 (tile, order) candidates in pure Python:
 1.40–1.54 s per GEMM, ~0.65–0.71 evaluations/s on this kind of machine
-(../shared/reference/crossflow-golden/README.md). Target: >= 1e4 × that.
+(measured by running nanocad-lab/DeepFlow, docs/crossflow-differences.md). Target: >= 1e4 × that.
 """
 
 from __future__ import annotations

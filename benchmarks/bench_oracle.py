@@ -138,7 +138,7 @@ _ROWS = (
 
 
 def _show(name: str, value: float) -> str:
-    return f"{value:,.0f}/s" if name.endswith("per_s") else f"{value * 1e3:,.2f} ms"
+    return f"{value:,.0f}/s" if name.endswith("per_s") else f"{value * 1e3:,.3f} ms"
 
 
 def _subprocess_measure(tree: Path, rounds: int) -> dict[str, float]:

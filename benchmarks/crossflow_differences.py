@@ -1,7 +1,8 @@
 """Our numbers next to the original CrossFlow's golden outputs (docs/crossflow-differences.md).
 
 Run: .venv/bin/python benchmarks/crossflow_differences.py [GOLDEN_DIR]
-GOLDEN_DIR defaults to ../shared/reference/crossflow-golden (outside this repository).
+GOLDEN_DIR holds the original's outputs (nanocad-lab/DeepFlow run at commit e8fc755, as
+docs/crossflow-differences.md describes); they are not shipped in this repository.
 Prints the markdown table the document embeds.
 """
 

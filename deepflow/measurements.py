@@ -1,4 +1,4 @@
-"""Read a published measurement case (``../shared/validation`` schema) as oracle inputs.
+"""Read a published measurement case (schema: ``docs/validation.md``) as oracle inputs.
 
 A case names its hardware in words ("NVIDIA A100 SXM4 80GB"), its model and its parallel
 layout in numbers, and its result in the source's own units (iteration time, tokens/s, TFLOP/s
@@ -68,7 +68,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 )
 
 #: How the public groups' frameworks ran where the case leaves it unstated (each entry cites
-#: the case's own text or llm-training-model §3.2): fused attention, TP-communication overlap,
+#: the case's own text or docs/model.md §C3.2): fused attention, TP-communication overlap,
 #: data-parallel overlap, dropout in the model. :func:`framework` infers the same flags for
 #: other sources from their text and year; a test checks it reproduces this table.
 FRAMEWORKS: dict[str, dict[str, bool]] = {
@@ -209,7 +209,7 @@ def framework(case: dict[str, Any]) -> dict[str, bool]:
     """How the case's framework ran: fused attention, TP and DP overlap, dropout.
 
     The public groups use :data:`FRAMEWORKS`. Other cases: what their text says, else what
-    was usual in their source's year (llm-training-model §3.2): FlashAttention (2022) was the
+    was usual in their source's year (docs/model.md §C3.2): FlashAttention (2022) was the
     default of Megatron-Core/TE, FSDP, llm-foundry and NeMo by 2023; DP communication
     overlapped with backward (PyTorch DDP and DeepSpeed buckets, FSDP prefetch) in everything
     but Megatron-LM before its 2023 ``--overlap-grad-reduce`` and DeepSpeed's ZeRO-3 before

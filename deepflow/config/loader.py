@@ -538,7 +538,7 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
 
 
 def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:
-    """gemm/lstm mappings: CrossFlow's CR/RC kernel parallelism (crossflow-reference §4.6)."""
+    """gemm/lstm mappings: CrossFlow's CR/RC kernel parallelism (docs/model.md §B4.6)."""
     m, model = s.mapping, s.workload.model
     if m.kernel_partition == "cr" and m.kernel_parallel_dim2 != 1:
         raise mctx.child("kernel_parallel_dim2").error(

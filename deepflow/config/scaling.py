@@ -4,8 +4,8 @@ A technology preset may say ``scale_from: {base: NAME, steps: N}``: it starts fr
 ``NAME`` and applies the rule N times, then its own keys override the result.
 
 Source: nanocad-lab/DeepFlow ``case_study/arch_search2/tech-node-scaling.py`` and
-``case_study/perf_model/energy_per_flop.py`` (../shared/reference/technology-facts.md §1.5,
-crossflow-reference.md §3.7): per node step V_n ×0.9, MCU and SRAM-bit area ×0.67, MCU power
+``case_study/perf_model/energy_per_flop.py`` (docs/model.md §A1.5,
+docs/model.md §B3.7): per node step V_n ×0.9, MCU and SRAM-bit area ×0.67, MCU power
 and SRAM energy/bit ×0.54 ("assuming freq. does not scale"), DRAM-controller area ×0.9.
 The fact sheet shows where real nodes depart from it (SRAM ×0.67 is too optimistic below
 7 nm, ×0.54 energy is more aggressive than foundry claims); the per-node presets in

@@ -148,7 +148,7 @@ class TransformerSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class LstmSpec:
-    """The DeepFlow paper's LSTM language model (crossflow-reference §4.7)."""
+    """The DeepFlow paper's LSTM language model (docs/model.md §B4.7)."""
 
     name: str
     kind: str = key("kind", choices=("lstm",))
@@ -200,11 +200,11 @@ class MappingSpec:
         "activation_recompute", choices=RECOMPUTE_MODES, default="selective"
     )
     zero_stage: int = key("zero_stage", ge=0, le=3, default=1)
-    # CrossFlow kernel parallelism for gemm/lstm workloads (crossflow-reference §4.6):
+    # CrossFlow kernel parallelism for gemm/lstm workloads (docs/model.md §B4.6):
     # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
     # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).
     kernel_partition: str = key("kernel_partition", choices=("rc", "cr"), default="rc")
-    # How the framework runs (implementers' keys, llm-training-model §1.2 and §3.2):
+    # How the framework runs (implementers' keys, docs/model.md §C1.2 and §3.2):
     flash_attention: bool = key("flash_attention", default=True, doc="fused attention kernel")
     tp_comm_overlap: bool = key("tp_comm_overlap", default=False, doc="TP comm under GEMMs")
     overlap_grad_reduce: bool = key("overlap_grad_reduce", default=True, doc="DP comm overlap")
@@ -250,7 +250,7 @@ class Scenario:
 # ------------------------------------------------------------------------------ technology
 @dataclass(frozen=True, kw_only=True)
 class SramTechSpec:
-    """One SRAM level's technology (crossflow-reference §3.4)."""
+    """One SRAM level's technology (docs/model.md §B3.4)."""
 
     area_per_bit_mm2: float = key("area_per_bit_mm2", gt=0, doc="incl. cache periphery")
     energy_per_bit_J: float = key("energy_per_bit_fJ", scale=1e-15, gt=0)
@@ -271,7 +271,7 @@ class SramLevelsSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class LogicTechSpec:
-    """A logic process node: compute units, voltages and SRAM (crossflow-reference §3.1–3.4)."""
+    """A logic process node: compute units, voltages and SRAM (docs/model.md §B3.1–3.4)."""
 
     name: str
     kind: str = key("kind", choices=("logic",))
@@ -300,7 +300,7 @@ class LogicTechSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class DramTechSpec:
-    """A DRAM (HBM) generation per stack (crossflow-reference §3.3, technology-facts §3)."""
+    """A DRAM (HBM) generation per stack (docs/model.md §B3.3, docs/model.md §A3)."""
 
     name: str
     kind: str = key("kind", choices=("dram",))
@@ -323,7 +323,7 @@ class DramTechSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class LinkTechSpec:
-    """A link (PHY) technology: die-to-die, wafer-scale, SerDes, optical (technology-facts §4)."""
+    """A link (PHY) technology: die-to-die, wafer-scale, SerDes, optical (docs/model.md §A4)."""
 
     name: str
     kind: str = key("kind", choices=("link",))

@@ -1,8 +1,8 @@
 """Data shipped with the package: the public measurement set used for calibration and scoring.
 
 ``measurements_public.json`` is a copy of the project's published measurements (Megatron-LM,
-Korthikanti et al., Megatron-Core H100, llm-foundry, GEMM and NCCL microbenchmarks), each
-with its source; see ``../shared/validation/README.md``.
+Korthikanti et al., Megatron-Core H100, llm-foundry, NeMo 24.07 FP8, torchtitan async TP, GEMM
+and NCCL microbenchmarks), each with its source; the schema is in ``docs/validation.md``.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
         eps = [e for e in _divisors(dp) if model.num_experts % e == 0]
         for v, ep, mb in itertools.product(vs, eps, _divisors(batch // dp)):
             # Equivalent choices are enumerated once: with fused attention selective recompute
-            # changes nothing (§1.2), and without data parallelism every ZeRO stage is 0.
+            # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
             recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
             zeros = range(4) if dp > 1 else (0,)
             for sp in (False, True) if tp > 1 else (False,):

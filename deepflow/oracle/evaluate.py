@@ -81,7 +81,7 @@ def average_power_W(peak_power_W: Any, idle_fraction: float,
     P = P_idle + (P_peak − P_idle) × busy / step, with P_peak the TDP (spec mode) or the
     derived draw (design mode), P_idle = idle_power_fraction × P_peak (calibration data), and
     busy the compute and memory-bound parts of the breakdown; communication waits and pipeline
-    bubbles count as idle (technology-facts §6.1: P = P_const + P_static + Σ P_dyn).
+    bubbles count as idle (docs/model.md §A6.1: P = P_const + P_static + Σ P_dyn).
     Scalars or equal-length arrays.
     """
     busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)

@@ -1,6 +1,6 @@
 """Technology + budgets -> device capabilities, area, power, energy and cost (design mode).
 
-CrossFlow's derivation (crossflow-reference §3.2–3.5) with its bugs fixed (§8 item 6): the
+CrossFlow's derivation (docs/model.md §B3.2–3.5) with its bugs fixed (§B8 item 6): the
 voltage floor keeps power within budget, DRAM above V_max clamps, and budget sums are
 checked as constraint columns (≤ 0 feasible) instead of being ignored.
 
@@ -174,7 +174,7 @@ def _floor(x: F) -> F:
 
 
 def _sram_level(t: Mapping[str, F], lvl: str, num_sms: F) -> dict[str, F]:
-    """One SRAM level: banks in the area budget, bandwidth from the power budget (§3.4)."""
+    """One SRAM level: banks in the area budget, bandwidth from the power budget (§B3.4)."""
     cells = 1.0 - t[f"{lvl}_overhead_fraction"]
     bank_bits = t[f"{lvl}_bank_capacity_B"] * 8.0
     bank_area = bank_bits * t[f"{lvl}_area_per_bit_mm2"]
@@ -197,7 +197,7 @@ def _sram_level(t: Mapping[str, F], lvl: str, num_sms: F) -> dict[str, F]:
 
 
 def _link_class(t: Mapping[str, F], c: str, perimeter_mm: F) -> dict[str, F]:
-    """Wires in the area and die-edge budgets, rate from the power budget (§3.5)."""
+    """Wires in the area and die-edge budgets, rate from the power budget (§B3.5)."""
     by_area = np.divide(t[f"area_{c}_mm2"], t[f"{c}_area_per_wire_mm2"])
     by_edge = t[f"perimeter_{c}"] * perimeter_mm * t[f"{c}_wires_per_mm"]
     wires = _floor(np.minimum(by_area, by_edge))
@@ -260,9 +260,9 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
     )
     out: dict[str, F] = {}
     die = t["die_area_mm2"]
-    perimeter = 4.0 * np.sqrt(die)  # square die (crossflow-reference §3.5)
+    perimeter = 4.0 * np.sqrt(die)  # square die (docs/model.md §B3.5)
 
-    # ---- core (§3.2): MCUs from the area budget, clock from the power budget.
+    # ---- core (§B3.2): MCUs from the area budget, clock from the power budget.
     mcus = _floor(t["area_core_mm2"] / t["core_mcu_area_mm2"])
     sms = _floor(mcus / t["core_mcus_per_sm"])
     nominal = t["core_mcu_nominal_power_W"] * mcus
@@ -277,13 +277,13 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
     e_flop = t["core_mcu_nominal_power_W"] / (
         t["core_mcu_flops_per_cycle"] * t["core_nominal_freq_Hz"]
     )
-    out["energy_per_flop_J"] = e_flop * (v / t["core_nominal_voltage_V"]) ** 2  # fp16, §3.2
+    out["energy_per_flop_J"] = e_flop * (v / t["core_nominal_voltage_V"]) ** 2  # fp16, §B3.2
 
-    # ---- SRAM levels (§3.4).
+    # ---- SRAM levels (§B3.4).
     for lvl in SRAM_LEVELS:
         out.update(_sram_level(t, lvl, sms))
 
-    # ---- HBM (§3.3): stacks fit the package and the controller area; wires fit the die edge.
+    # ---- HBM (§B3.3): stacks fit the package and the controller area; wires fit the die edge.
     by_package = _floor(
         np.maximum(t["package_area_mm2"] - die, 0.0) / t["dram_stack_footprint_mm2"]
     )
@@ -312,7 +312,7 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
         hbm_wire_limited=(edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
     )
 
-    # ---- links (§3.5).
+    # ---- links (§B3.5).
     for c in LINK_CLASSES:
         out.update(_link_class(t, c, perimeter))
 
@@ -483,7 +483,7 @@ class DeviceCaps:
     scale_out_bandwidth_Bps: float = 0.0
 
 
-# DRAM access latency without a better source (crossflow-reference §2.3, [DF-CFG] 100 ns).
+# DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
 _SPEC_HBM_LATENCY_s = 100e-9
 
 

@@ -1,6 +1,6 @@
 """Kernel times over the memory hierarchy: GEMMs (plain and batched) and memory-bound ops.
 
-A multi-level roofline that fixes the original's bugs (crossflow-reference §8 items 1–5):
+A multi-level roofline that fixes the original's bugs (docs/model.md §B8 items 1–5):
 
 * memory-bound work is charged at the level it streams from (HBM, L2, L1), not at the
   register file;
@@ -9,7 +9,7 @@ A multi-level roofline that fixes the original's bugs (crossflow-reference §8 i
   bandwidth of all SMs;
 * tiles respect divisibility: a partial CTA tile costs a full tile (tile quantisation), and
   tiles run in waves over the SMs (wave quantisation) — NVIDIA "Matrix Multiplication
-  Background" user guide §2.3 and §3.1 (llm-training-model §6.1);
+  Background" user guide §2.3 and §3.1 (docs/model.md §C6.1);
 * the search is over a handful of CTA tile shapes (cuBLAS-like), vectorised, instead of
   48,000 random candidates.
 
@@ -263,7 +263,7 @@ def memory_op_time_s(
     """Time of an elementwise or reduction kernel (norm, softmax, activation, optimizer, ...).
 
     Streams ``bytes_moved`` from HBM at the family's achievable fraction of peak
-    (llm-training-model §6.3), or from L2 when ``l2_resident`` and the bytes fit in L2;
+    (docs/model.md §C6.3), or from L2 when ``l2_resident`` and the bytes fit in L2;
     ``flops`` run on the vector units (non-matrix FP32 rate); one launch per kernel.
     """
     l2_cap, l2_bw, hbm_bw, hbm_eff, hbm_lat, vector_flops, launch = _fields(caps, (

@@ -1,14 +1,14 @@
 """Collectives over a scale-up domain and a scale-out network: placement, topologies, α–β costs.
 
 What a collective costs follows from where its ranks sit, not from hand-set derates (the
-original's ``scale_down`` hack and hand-written derates, crossflow-reference §4.5 and §8 items
+original's ``scale_down`` hack and hand-written derates, docs/model.md §B4.5 and §8 items
 7–8). A parallel group is given by its size and its *stride*, the product of the degrees of
 the parallel dimensions placed inside it (tensor parallel innermost, stride 1). From
 (group size, stride, devices per node) follow the members per node and the nodes spanned
 (:func:`group_placement`); a group inside one node uses only the scale-up fabric, a group
 spanning nodes also uses every member's own share of the scale-out network.
 
-Cost model (llm-training-model §5.1; Thakur, Rabenseifner & Gropp 2005; NCCL
+Cost model (docs/model.md §C5.1; Thakur, Rabenseifner & Gropp 2005; NCCL
 ``src/graph/tuning.cc``). For every algorithm a and protocol p the time is
 
     t = λ + Σ_levels steps_a · α_p + Σ_phases g_p(V) / (η_p · B)
@@ -32,9 +32,9 @@ Algorithms:
   2009) with a chain inside each node: log-depth latency, ~2·S per rank on the wire.
 * ``hierarchical``: intra-node reduce-scatter, inter-node collective on 1/m of the data over
   every member's own NIC (m rails in parallel), intra-node all-gather, one after the other
-  (llm-training-model §5.1).
+  (docs/model.md §C5.1).
 * ``in_network``: all-reduce reduced inside the switch (NVLink SHARP / NVLS on Hopper
-  NVSwitch, llm-training-model §5.1): each rank sends and receives S once. Single-node groups
+  NVSwitch, docs/model.md §C5.1): each rank sends and receives S once. Single-node groups
   on a switch whose link class has an ``in_network`` entry.
 
 Topologies: ``switch`` and ``fat-tree`` are non-blocking (every device its full bandwidth to
@@ -369,7 +369,7 @@ def group_placement(
 
     A group of ``group_size`` ranks with ``stride`` (rank i is device r0 + i·stride, devices
     numbered node by node) has min(group_size, devices_per_node // stride) members in each
-    node it touches when stride < devices_per_node, else one (llm-training-model §3;
+    node it touches when stride < devices_per_node, else one (docs/model.md §C3;
     Megatron-LM ``RankGenerator`` order). Strides and node sizes that do not divide each
     other are rounded down (a placement the mapping would not normally produce).
 
@@ -504,7 +504,7 @@ def _grid_dims(level: _Level, members: F, stride: F, units: F) -> list[_Dim]:
     is a 1-D torus of ``units``; a torus or mesh without a shape is taken as 1-D). A group
     with ``stride`` spans, dimension by dimension: strides that cover a whole dimension pass
     it; otherwise the group takes min(extent // stride, remaining members) positions with that
-    stride, and stride 1 in the next dimensions (row-major order, llm-training-model §3).
+    stride, and stride 1 in the next dimensions (row-major order, docs/model.md §C3).
     Wrap-around links exist on full-size torus dimensions only (scaling-book ``tpus.md``).
     """
     torus = level.topology in ("ring", "torus-2d", "torus-3d")
@@ -552,7 +552,7 @@ def _ring_pass(level: _Level, message_B: F, members: F, stride: F, units: F,
     all-reduce (factor 2) of ``message_B`` per rank over ``members`` ranks of one level.
 
     Ring: factor·(m − 1) steps and factor·(m − 1)/m·S wire bytes per rank (Thakur et al.
-    2005 §4; llm-training-model §5.1). On a grid the group runs one ring per spanned
+    2005 §4; docs/model.md §C5.1). On a grid the group runs one ring per spanned
     dimension, the message shrinking by each dimension's extent (dimension-ordered torus
     all-reduce, Ying et al. 2018); the data is cut into one slice per spanned dimension and
     slice j takes the dimensions in the order j, j+1, ..., so every dimension's links work
@@ -591,7 +591,7 @@ def _chain_bw_factor(level: _Level, members: F, stride: F, units: F) -> F | None
 def _all_to_all_s(level: _Level, message_B: F, members: F, stride: F, units: F) -> F:
     """Seconds of an all-to-all of ``message_B`` per rank among ``members`` of one level.
 
-    Injection bound (m − 1)/m·S/(η·B) (llm-training-model §3, §5.1); on a grid also the
+    Injection bound (m − 1)/m·S/(η·B) (docs/model.md §C3, §5.1); on a grid also the
     bisection of each spanned dimension: e·S/8 per link direction with wrap-around, e·S/4 on
     a line (uniform traffic, dimension-ordered routing; derived).
     """
@@ -612,7 +612,7 @@ def _shift_bw_factor(level: _Level, members: F, stride: F, units: F) -> F | None
     if level.topology in _SWITCHED:
         return None
     dims = _grid_dims(level, members, stride, units)
-    # The first spanned dimension carries the shift to the next member (llm-training-model §3).
+    # The first spanned dimension carries the shift to the next member (docs/model.md §C3).
     out = np.full_like(members, 1.0 / level.links)
     for d in reversed(dims):
         out = np.where(d.extent > 1, 1.0 / (level.links * d.stride), out)
@@ -742,7 +742,7 @@ def _flat_ring(c: _Ctx, factor: float | F) -> F:
 
     One node: the level's ring pass. Several nodes: every rank puts V = factor·(n − 1)/n·S on
     the wire; each node's traffic leaves through its m members' NICs (one channel per NIC,
-    llm-training-model §5.1: 8×HDR DGX-A100 nodes reach 192 GB/s busbw) while the other
+    docs/model.md §C5.1: 8×HDR DGX-A100 nodes reach 192 GB/s busbw) while the other
     (m − 1)/m of the hops stay on the scale-up fabric; both stream concurrently. Of the
     factor·(n − 1) steps, a fraction nodes/n crosses nodes (NCCL ``tuning.cc``: 2·nNodes
     inter steps of 2(n − 1) for all-reduce).
@@ -767,7 +767,7 @@ def _flat_ring(c: _Ctx, factor: float | F) -> F:
 
 def _hierarchical(c: _Ctx, factor: float | F) -> F:
     """Intra-node reduce-scatter → inter-node collective on S/m over every member's NIC →
-    intra-node all-gather, in sequence (llm-training-model §5.1, hierarchical all-reduce);
+    intra-node all-gather, in sequence (docs/model.md §C5.1, hierarchical all-reduce);
     ``factor`` as in :func:`_ring_pass` (the intra-node part of an all-reduce is a
     reduce-scatter + all-gather of the same size)."""
     steps_up, t_up = _ring_pass(c.up, c.msg, c.m, c.stride, c.d, factor)
@@ -799,7 +799,7 @@ def _tree(c: _Ctx) -> F:
 
 def _in_network(c: _Ctx, prep: _Prepared) -> F:
     """In-switch reduction: each rank sends S to the switch and receives S back, once
-    (llm-training-model §5.1 NVLS; NCCL applies its Simple protocol only)."""
+    (docs/model.md §C5.1 NVLS; NCCL applies its Simple protocol only)."""
     g = c.msg + np.minimum(c.msg, prep.in_network_fill_B)
     rate = prep.in_network_efficiency * c.up.bw
     ok = (rate > 0) & (c.nodes <= 1) & (c.up.topology == "switch")
@@ -872,7 +872,7 @@ def _all_to_all(c: _Ctx) -> F:
     """All-to-all: concurrent pairwise exchanges (NCCL grouped send/recv).
 
     Off-node bytes (n − m)/n·S leave through each rank's own NIC (an all-to-all cannot pool
-    NICs: nccl-tests reports N/(N − 1) × NIC bandwidth on N nodes, llm-training-model §5.1);
+    NICs: nccl-tests reports N/(N − 1) × NIC bandwidth on N nodes, docs/model.md §C5.1);
     the (m − 1)/n·S for node-local peers cross the scale-up fabric at the same time. Latency:
     one step per peer.
     """
@@ -903,7 +903,7 @@ def bus_bandwidth_Bps(
     """Bus bandwidth, B/s, in the nccl-tests convention (``doc/PERFORMANCE.md``).
 
     busbw = message_B / time_s × factor: all_reduce 2(n − 1)/n; reduce_scatter, all_gather
-    and all_to_all (n − 1)/n; send_recv 1 (llm-training-model §5.2). 0 where group_size ≤ 1
+    and all_to_all (n − 1)/n; send_recv 1 (docs/model.md §C5.2). 0 where group_size ≤ 1
     or time_s ≤ 0.
 
     Raises:

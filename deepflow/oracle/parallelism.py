@@ -2,7 +2,7 @@
 
 Placement follows Megatron-LM's rank order "tp-cp-ep-dp-pp": tensor (kernel) parallel ranks
 are innermost (adjacent devices, stride 1), then context, data, and pipeline outermost
-(Megatron-LM ``parallel_state.RankGenerator``; llm-training-model §3). A group's stride is
+(Megatron-LM ``parallel_state.RankGenerator``; docs/model.md §C3). A group's stride is
 the product of the degrees placed inside it; :mod:`deepflow.oracle.network` turns
 (group size, stride, devices per node) into the links the group crosses.
 """
@@ -77,7 +77,7 @@ def dist_gemm(
     n: int,
     mapping: MappingSpec,
 ) -> DistGemm:
-    """A linear layer under CrossFlow's kernel parallelism (crossflow-reference §4.6), fixed.
+    """A linear layer under CrossFlow's kernel parallelism (docs/model.md §B4.6), fixed.
 
     * none (tensor_parallel 1): forward GEMM(m, n, k); backward dgrad GEMM(m, k, n) and wgrad
       GEMM(k, n, m).
@@ -88,7 +88,7 @@ def dist_gemm(
     * CR (K split kp1 ways): forward local GEMM(m, n, k/kp1) then a reduce-scatter of the
       output over kp1; backward all-gathers dC, then local dgrad/wgrad (no weight reduction).
 
-    Non-divisible splits use the largest share (ceil), never CrossFlow's truncation (§4.6).
+    Non-divisible splits use the largest share (ceil), never CrossFlow's truncation (§B4.6).
     """
     p = float(caps["bytes_per_element"] if isinstance(caps, Mapping) else caps.bytes_per_element)
     tp = mapping.tensor_parallel

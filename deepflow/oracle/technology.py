@@ -21,7 +21,7 @@ __all__ = [
 
 F = NDArray[np.float64]
 
-#: Lithography reticle 26 mm × 33 mm (technology-facts §5.3 [MLID-CHIP][CATCH]).
+#: Lithography reticle 26 mm × 33 mm (docs/model.md §A5.3 [MLID-CHIP][CATCH]).
 RETICLE_LIMIT_mm2 = 858.0
 
 
@@ -34,7 +34,7 @@ def alpha_power_frequency(
     """Clock at ``voltage_V`` by the alpha-power law with α = 2.
 
     f(V) = f_n · g(V)/g(V_n), g(V) = (V − V_t)²/V (Sakurai & Newton, IEEE JSSC 25(2), 1990;
-    crossflow-reference §3.1).
+    docs/model.md §B3.1).
     """
     v = np.asarray(voltage_V, dtype=float)
     vt = np.asarray(threshold_voltage_V, dtype=float)
@@ -50,7 +50,7 @@ def solve_voltage(
     """The voltage V > V_t at which dynamic power is ``power_ratio`` × nominal.
 
     Solves V·(V − V_t)² = r·V_n·(V_n − V_t)² (P = P_n·(f/f_n)·(V/V_n)² with f from the
-    alpha-power law; crossflow-reference §3.1) by Newton's method from an upper bound of the
+    alpha-power law; docs/model.md §B3.1) by Newton's method from an upper bound of the
     root. r = 0 gives V = V_t.
     """
     r = np.maximum(np.asarray(power_ratio, dtype=float), 0.0)
@@ -82,8 +82,8 @@ def operating_point(
 ) -> tuple[F, F, F]:
     """Voltage, clock and power drawn by a block given its power budget.
 
-    The lowest-power point meeting the budget on the cubic V–f–P law (crossflow-reference
-    §3.1), with CrossFlow's bugs fixed (reference §8 item 6):
+    The lowest-power point meeting the budget on the cubic V–f–P law (docs/model.md
+    §B3.1), with CrossFlow's bugs fixed (docs/model.md §B8 item 6):
 
     * below the floor V_min = V_t + V_m the block runs at V_min with the clock lowered so that
       power equals the budget: f = (P/P_n)·f_n·(V_n/V_min)² (the 2021 code's rule; HEAD
@@ -126,7 +126,7 @@ def dies_per_wafer(
 ) -> F:
     """Gross dies per wafer: π(d_e/2)²/S − π·d_e/√(2S), S = (√A + scribe)², d_e = d − 2e.
 
-    technology-facts §5.3 [LLMC][CA]; 814 mm² gives 57.6 on a 300 mm wafer.
+    docs/model.md §A5.3 [LLMC][CA]; 814 mm² gives 57.6 on a 300 mm wafer.
     """
     side = np.sqrt(np.asarray(die_area_mm2, dtype=float)) + scribe_mm
     s = side**2
@@ -137,7 +137,7 @@ def dies_per_wafer(
 def negative_binomial_yield(
     die_area_mm2: ArrayLike, defect_density_per_cm2: ArrayLike, alpha: ArrayLike
 ) -> F:
-    """Die yield Y = (1 + A·D0/α)^(−α) (technology-facts §5.3 [LLMC][CA]; A in cm²)."""
+    """Die yield Y = (1 + A·D0/α)^(−α) (docs/model.md §A5.3 [LLMC][CA]; A in cm²)."""
     a_cm2 = np.asarray(die_area_mm2, dtype=float) / 100.0
     alpha_arr = np.asarray(alpha, dtype=float)
     return (1.0 + a_cm2 * np.asarray(defect_density_per_cm2, dtype=float) / alpha_arr) ** (

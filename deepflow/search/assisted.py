@@ -251,7 +251,7 @@ class SurrogateSearcher:
         from threadpoolctl import threadpool_limits
 
         # One BLAS/OpenMP thread: histogram boosting and torch oversubscribe 2 shared cores
-        # badly (toolchain.md §5.1; a 2k-row boosting fit took minutes under load).
+        # badly (thread oversubscription; a 2k-row boosting fit took minutes under load).
         with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")
             model, report = fit_surrogate(

@@ -7,7 +7,7 @@
 - ``botorch``: qLogNoisyExpectedHypervolumeImprovement on a GP of the normalised objectives
   and scaled constraints (float64, ``Normalize`` inputs, a categorical kernel for
   categorical dims), optimised with ``optimize_acqf_mixed_alternating`` over the integer and
-  categorical dims (toolchain.md §3.1: rounding a continuous optimum stalls).
+  categorical dims (rounding a continuous optimum stalls: measured on this project's spaces).
 - ``surrogate``: see :mod:`deepflow.search.assisted`.
 
 A proposal searcher's :meth:`ask` returns an (n, d) array of native points; Optuna
@@ -92,7 +92,7 @@ def make_sampler(strategy: str, *, seed: int, batch_size: int, initial_points: i
 
     if strategy == "nsga2":
         # A population of one batch: the default 50 is a single random generation on small
-        # budgets (toolchain.md §3.2).
+        # budgets (measured: see README).
         return optuna.samplers.NSGAIISampler(population_size=max(batch_size, 2), seed=seed)
     if strategy == "tpe":
         return optuna.samplers.TPESampler(n_startup_trials=max(initial_points, 1), seed=seed)
@@ -163,7 +163,7 @@ class BotorchSearcher:
     def ask(self, n: int, history: History) -> F:
         import torch
 
-        torch.set_num_threads(1)  # toolchain.md §5.1: oversubscription on 2 cores
+        torch.set_num_threads(1)  # more threads oversubscribe 2 cores (measured)
         if history.num < 2:
             return RandomSearcher(self.search_space, seed=self.seed).ask(n, history)
         torch.manual_seed(

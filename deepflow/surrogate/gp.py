@@ -161,7 +161,7 @@ class ExactGP(Surrogate):
             stages = [(torch.arange(n), self.max_iter)]
         with (warnings.catch_warnings(), torch.random.fork_rng(),
               gpytorch.settings.max_cholesky_size(self.max_rows)):  # fmt: skip
-            warnings.simplefilter("ignore")  # jitter / optimiser notices (toolchain §3.1)
+            warnings.simplefilter("ignore")  # jitter / optimiser notices (float64, small data)
             torch.manual_seed(int(rng.integers(2**31)))
             states = []
             for j in range(Y.shape[1]):

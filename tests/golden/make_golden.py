@@ -71,7 +71,9 @@ def best_mapping() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in BEST_MAPPING_SCENARIOS:
         try:
-            out[name] = exact(best_mappings(load_scenario(preset_path("scenarios", name) or name), top=10))
+            out[name] = exact(
+                best_mappings(load_scenario(preset_path("scenarios", name) or name), top=10)
+            )
         except ConfigError as exc:  # a workload best-mapping does not enumerate
             out[name] = {"error": str(exc)}
     return out

@@ -25,7 +25,7 @@ def _v100() -> DesignDeviceSpec:
     return spec
 
 
-# crossflow-reference §3.6b (and golden lstm_v100_single.json): the V100 from budgets.
+# docs/model.md §B3.6b (and golden lstm_v100_single.json): the V100 from budgets.
 V100_GOLDEN = {
     "num_mcus": 643,
     "num_sms": 80,

@@ -61,7 +61,7 @@ def _plain(**kw: Any) -> NetworkModel:
 
 # ------------------------------------------------------------------------- hand-computable
 def test_ring_all_reduce_is_the_alpha_beta_formula() -> None:
-    # Thakur et al. 2005 / llm-training-model §5.1: 2(n−1)·α + 2(n−1)/n·S/(η·B).
+    # Thakur et al. 2005 / docs/model.md §C5.1: 2(n−1)·α + 2(n−1)/n·S/(η·B).
     net, size = _plain(), 1e9
     expected = 2 * 7 * 2e-6 + 2 * 7 / 8 * size / (0.5 * 100 * GB)
     assert float(collective_time_s("all_reduce", size, 8, net=net, algorithm="ring")) == (
@@ -86,7 +86,7 @@ def test_data_parallel_group_across_nodes_is_a_scale_out_ring() -> None:
 
 
 def test_flat_ring_across_nodes_reaches_the_node_nic_aggregate() -> None:
-    # 8×HDR DGX-A100 nodes: multi-node all-reduce busbw ≈ 192 GB/s (llm-training-model §5.1).
+    # 8×HDR DGX-A100 nodes: multi-node all-reduce busbw ≈ 192 GB/s (docs/model.md §C5.1).
     size = 2**33
     t = collective_time_s("all_reduce", size, 16, net=NETS["dgx-a100"])
     busbw = float(bus_bandwidth_Bps("all_reduce", size, t, 16))

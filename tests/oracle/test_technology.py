@@ -18,7 +18,7 @@ from deepflow.oracle.technology import (
 
 
 def test_cubic_root_of_the_crossflow_v100_core() -> None:
-    # crossflow-reference §3.6b: V(V − 0.2)² = (112.35/83.59)·0.8·0.36 → V = 0.8679.
+    # docs/model.md §B3.6b: V(V − 0.2)² = (112.35/83.59)·0.8·0.36 → V = 0.8679.
     v = solve_voltage(112.35 / (0.13 * 643), 0.8, 0.2)
     assert float(v) == pytest.approx(0.8678548366968685, rel=1e-12)  # golden lstm_v100_single
 
@@ -82,7 +82,7 @@ def test_zero_budget_and_no_units_are_off() -> None:
 
 @pytest.mark.parametrize(
     ("area", "dpw", "y_nb3"),
-    # technology-facts §5.3 worked example (300 mm wafer, 5 mm edge, 0.2 mm scribe, D0 = 0.1)
+    # docs/model.md §A5.3 worked example (300 mm wafer, 5 mm edge, 0.2 mm scribe, D0 = 0.1)
     [
         (100, 572, 0.906),
         (300, 178, 0.751),

@@ -1,4 +1,4 @@
-"""Activation memory: Korthikanti et al. 2022 formulas, exactly (llm-training-model §2.2)."""
+"""Activation memory: Korthikanti et al. 2022 formulas, exactly (docs/model.md §C2.2)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_korthikanti_table2_per_layer(mapping: dict[str, float], expected: float
 def test_korthikanti_figure1_22b_totals() -> None:
     # 22B (48 layers, h 6144, a 64, micro-batch 4, t 8): 59.25 GiB without SP or recompute,
     # 9.5625 GiB with SP + selective recompute (Figure 1 values as transcribed in Calculon's
-    # validation; llm-training-model §2.2).
+    # validation; docs/model.md §C2.2).
     x = {**GPT3, "hidden_size": 6144, "num_attention_heads": 64, "num_kv_heads": 64,
          "ffn_hidden_size": 4 * 6144, "micro_batch_size": 4, "tensor_parallel": 8.0}  # fmt: skip
     plain = 48 * float(activation_bytes_per_layer({**x, "sequence_parallel": 0.0,

@@ -1,5 +1,5 @@
 """Transformer step: the scalar path equals the batched one; communication and memory-bound
-terms against values computed by hand from their sources (llm-training-model.md)."""
+terms against values computed by hand from their sources (docs/model.md part C)."""
 
 from __future__ import annotations
 

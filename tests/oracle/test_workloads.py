@@ -89,7 +89,7 @@ def test_lstm_gets_faster_on_newer_devices() -> None:
 
 @pytest.mark.parametrize("pp", [2, 3, 4])
 def test_lstm_layer_pipelining_works_for_every_depth(pp: int) -> None:
-    # The original crashes at pipeline_parallel = 2 (crossflow-reference §4.8).
+    # The original crashes at pipeline_parallel = 2 (docs/model.md §B4.8).
     base = scenario("lstm-waferscale-rc20")
     mapping = replace(base.mapping, tensor_parallel=20 // pp if 20 % pp == 0 else 1,
                       pipeline_parallel=pp)  # fmt: skip

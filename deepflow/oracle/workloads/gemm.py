@@ -2,7 +2,7 @@
 
 Data parallelism splits the M rows into independent blocks (no communication); tensor
 parallelism is CrossFlow's kernel parallelism (RC or CR, :func:`dist_gemm`). The "step" is one
-forward GEMM, as in the original's GEMM mode (crossflow-reference §4.6).
+forward GEMM, as in the original's GEMM mode (docs/model.md §B4.6).
 """
 
 from __future__ import annotations

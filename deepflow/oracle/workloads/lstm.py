@@ -1,4 +1,4 @@
-"""The DeepFlow paper's LSTM language model (crossflow-reference §4.7–4.8), bugs fixed.
+"""The DeepFlow paper's LSTM language model (docs/model.md §B4.7–4.8), bugs fixed.
 
 One training step of an L-layer LSTM LM over S timesteps with data parallelism (dp), kernel
 parallelism (tensor_parallel = kp1·kp2, RC or CR) and layer pipelining (pipeline_parallel).
@@ -9,15 +9,15 @@ Per timestep and layer (b = global batch / dp, D = hidden, G = gates, V = vocabu
 * softmax: GEMM(b, V, D) plus the fused softmax/cross-entropy kernel;
 * embedding: a gather of b rows of D.
 
-What differs from the original (reference §8):
+What differs from the original (docs/model.md §B8):
 
 * memory-bound work (pointwise, embedding, weight update) streams from HBM, not the register
-  file (§8.1); pointwise bytes are counted from the tensors a fused LSTM cell reads and writes
+  file (§B8); pointwise bytes are counted from the tensors a fused LSTM cell reads and writes
   (gates 4D and c_{t−1} in; c_t, h_t and the activated gates kept for backward out:
-  11·b·D elements), not the hard-coded 13·b·G·D (§8.9);
+  11·b·D elements), not the hard-coded 13·b·G·D (§B8);
 * kernel-parallel backward communication follows the data (:func:`dist_gemm`); weight-gradient
   partial sums are reduced once per step, not per timestep;
-* layer pipelining works for every pipeline_parallel ≥ 2 (HEAD crashes at 2, §4.8): stages are
+* layer pipelining works for every pipeline_parallel ≥ 2 (HEAD crashes at 2, §B4.8): stages are
   [embedding | hidden layers | softmax] for ≥ 3 stages (as the original) and
   [embedding + hidden | softmax] for 2; the timesteps flow through the stages as a wavefront,
   (S + stages − 1) × the slowest stage;
@@ -44,7 +44,7 @@ from deepflow.oracle.parallelism import DistGemm, dist_gemm, group_layout
 __all__ = ["lstm_stages", "lstm_step"]
 
 #: Bytes per parameter for SGD with gradient clipping: read w and g, write w, read g for the
-#: norm (crossflow-reference §4.7 applyGrad: roofline(3ac, 4pac) + clip roofline(4ac, 3pac)).
+#: norm (docs/model.md §B4.7 applyGrad: roofline(3ac, 4pac) + clip roofline(4ac, 3pac)).
 _SGD_ELEMENT_PASSES = 4.0
 #: Pointwise elements per (b, D) of a fused LSTM cell, forward (see module docstring);
 #: backward reads and writes about twice as much.
@@ -111,7 +111,7 @@ def _blocks(caps: DeviceCaps, net: NetworkModel, model: LstmSpec, mapping: Mappi
     soft = dist_gemm(caps, net, b, out_dim, vocab, mapping)
     logits = b * vocab / tp
     # fused softmax + cross-entropy: read logits twice (max/sum, normalise), write probabilities;
-    # backward reads probabilities and writes dlogits (Calculon-style explicit bytes, §6.3).
+    # backward reads probabilities and writes dlogits (Calculon-style explicit bytes, §C6.3).
     soft_fwd_pw = float(memory_op_time_s(caps, 3 * logits * p, 5 * logits))
     soft_bwd_pw = float(memory_op_time_s(caps, 2 * logits * p, 2 * logits))
     blocks["softmax"] = _block_from_gemm("softmax", soft, soft_fwd_pw, soft_bwd_pw)
