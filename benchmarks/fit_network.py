@@ -35,6 +35,7 @@ from deepflow.oracle.network import (
     PROTOCOLS,
     LinkCalibration,
     NetworkModel,
+    _network_calibration,
     bus_bandwidth_Bps,
     collective_time_s,
     network_calibration,
@@ -293,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         data["link_classes"][fit.link_class] = body
     if args.write:
         write_yaml(data)
-        network_calibration.cache_clear()
+        _network_calibration.cache_clear()
         network_calibration()  # the rewritten file must load
         print(f"\nwrote {YAML_PATH}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -129,7 +130,6 @@ def _bounds_text(meta: Mapping[str, Any]) -> str:
 
 
 def _check_bounds(value: float, meta: Mapping[str, Any], ctx: Ctx, noun: str) -> None:
-    bounds = _bounds_text(meta)
     ok = True
     if meta.get("gt") is not None and not value > meta["gt"]:
         ok = False
@@ -140,25 +140,23 @@ def _check_bounds(value: float, meta: Mapping[str, Any], ctx: Ctx, noun: str) ->
     if meta.get("le") is not None and not value <= meta["le"]:
         ok = False
     if not ok:
-        raise ctx.invalid(f"{noun} {bounds}", value)
+        raise ctx.invalid(f"{noun} {_bounds_text(meta)}", value)
 
 
 def _number(value: object, meta: Mapping[str, Any], ctx: Ctx) -> float:
-    bounds = _bounds_text(meta)
     noun = "a number"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ctx.invalid(f"{noun} {bounds}".strip(), value)
+        raise ctx.invalid(f"{noun} {_bounds_text(meta)}".strip(), value)
     if not math.isfinite(value):
-        raise ctx.invalid(f"a finite number {bounds}".strip(), value)
+        raise ctx.invalid(f"a finite number {_bounds_text(meta)}".strip(), value)
     _check_bounds(float(value), meta, ctx, noun)
     return float(value) * float(meta["scale"])
 
 
 def _integer(value: object, meta: Mapping[str, Any], ctx: Ctx) -> int:
-    bounds = _bounds_text(meta)
     noun = "an integer"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ctx.invalid(f"{noun} {bounds}".strip(), value)
+        raise ctx.invalid(f"{noun} {_bounds_text(meta)}".strip(), value)
     _check_bounds(float(value), meta, ctx, noun)
     return int(value) * int(meta["scale"])
 
@@ -230,6 +228,12 @@ def require_mapping(raw: object, ctx: Ctx, what: str = "a mapping") -> Mapping[s
     return raw
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a spec class (resolving them is slow; classes are fixed)."""
+    return typing.get_type_hints(cls)
+
+
 def build(cls: type[T], raw: object, ctx: Ctx, *, extra: Mapping[str, Any] | None = None) -> T:
     """Build the frozen dataclass ``cls`` from the YAML mapping ``raw``.
 
@@ -247,7 +251,7 @@ def build(cls: type[T], raw: object, ctx: Ctx, *, extra: Mapping[str, Any] | Non
     fields = [f for f in dataclasses.fields(cls) if "yaml" in f.metadata]  # type: ignore[arg-type]
     valid = [f.metadata["yaml"] for f in fields]
     check_keys(mapping, valid, ctx)
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)  # type: ignore[arg-type]
     values: dict[str, Any] = dict(extra or {})
     for f in fields:
         name = f.metadata["yaml"]

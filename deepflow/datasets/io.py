@@ -48,23 +48,25 @@ _REQUIRED_META = ("space_yaml", "space_sha256", "seed", "num_samples", "sampler"
 COMPRESSION = "zstd"
 
 
-@functools.lru_cache(maxsize=1)
 def oracle_version() -> str:
-    """``<package version>+<hash>`` of the oracle's sources and calibration data.
+    """``<package version>+<hash>`` of the oracle's sources and the calibration files in use.
 
-    Any edit to ``deepflow/oracle`` or ``configs/calibration`` changes it, so datasets record
-    which oracle labelled them and a resumed run refuses to mix two oracles.
+    Any edit to ``deepflow/oracle`` or to a calibration file the oracle reads (the built-in
+    one, or its override under ``DEEPFLOW_CONFIG_PATH``) changes it, so datasets and search
+    results record which oracle labelled them and a resumed run refuses to mix two oracles.
     """
-    from deepflow.config import builtin_config_dir
+    from deepflow.config.calibration import calibration_files
 
+    return _oracle_version(calibration_files())
+
+
+@functools.lru_cache(maxsize=8)
+def _oracle_version(calibration: tuple[Path, ...]) -> str:
     files = sorted((Path(__file__).resolve().parents[1] / "oracle").rglob("*.py"))
-    calibration = builtin_config_dir() / "calibration"
-    if calibration.is_dir():
-        files += sorted(calibration.glob("*.yaml"))
     digest = hashlib.sha256()
-    for f in files:
+    for f in [*files, *calibration]:
         digest.update(f.name.encode())
-        digest.update(f.read_bytes())
+        digest.update(f.read_bytes() if f.is_file() else b"")
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.calibration import kernel_calibration
 from deepflow.config.specs import (
     PEAK_PRECISIONS,
     DesignDeviceSpec,
@@ -26,7 +27,6 @@ from deepflow.config.specs import (
     SramTechSpec,
 )
 from deepflow.errors import ConfigError
-from deepflow.oracle.calibration import kernel_calibration
 from deepflow.oracle.technology import (
     RETICLE_LIMIT_mm2,
     die_cost_usd,

@@ -62,7 +62,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from deepflow.config._schema import Ctx, build, check_keys, key, require_mapping
-from deepflow.config.loader import builtin_config_dir, preset_path, read_yaml
+from deepflow.config.calibration import calibration_path
+from deepflow.config.loader import read_yaml
 from deepflow.config.specs import TOPOLOGIES, MiB, NetworkSpec
 from deepflow.errors import ConfigError
 
@@ -182,19 +183,17 @@ class NetworkCalibration:
         return self.classes[up], self.classes[out]
 
 
-def _calibration_path() -> Path:
-    found = preset_path("calibration", "network")
-    return found if found is not None else builtin_config_dir() / "calibration" / "network.yaml"
-
-
-@cache
 def network_calibration(path: str | None = None) -> NetworkCalibration:
     """The link classes of ``configs/calibration/network.yaml`` (or ``path``), validated.
 
     Raises:
         ConfigError: unknown keys, out-of-range values, a network naming an unknown class.
     """
-    p = Path(path) if path is not None else _calibration_path()
+    return _network_calibration(Path(path) if path is not None else calibration_path("network"))
+
+
+@cache
+def _network_calibration(p: Path) -> NetworkCalibration:
     raw = read_yaml(p, what="a calibration mapping with keys 'link_classes' and 'networks'")
     ctx = Ctx(str(p))
     check_keys(raw, ("link_classes", "networks", "default_class"), ctx)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from deepflow import __version__
+from deepflow.datasets.io import oracle_version
 from deepflow.errors import ConfigError
 from deepflow.search.engine import SearchConfig, SearchResult, dumps, run_search
 from deepflow.search.problem import OracleProblem
@@ -164,7 +165,7 @@ def write_results(
         "timings_s": dict(timings, **{f"search_{k}": v for k, v in result.timings_s.items()}),
         "versions": {
             "deepflow": __version__,
-            "oracle": str(rows["oracle_version"].iloc[0]) if "oracle_version" in rows else "",
+            "oracle": oracle_version(),
         },
     }
     table = rows.drop(columns=["z", "info"], errors="ignore")

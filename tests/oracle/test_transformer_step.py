@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from deepflow.config import load_scenario, scenario_from_mapping
+from deepflow.config.calibration import framework_calibration
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.oracle.best_mapping import enumerate_mappings
-from deepflow.oracle.calibration import framework_calibration
 from deepflow.oracle.evaluate import evaluate_one, network_model
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.kernels import memory_op_time_s

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deepflow.cli import app
+from deepflow.datasets.io import oracle_version
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = str(REPO / "configs" / "spaces" / "llm-pathfinding.yaml")
@@ -35,6 +36,7 @@ def test_search_writes_verified_results_and_resumes(study: Path, tmp_path: Path)
     summary = json.loads(result.stdout[result.stdout.index("{") :])
     assert summary["num_evaluations"] == 12
     assert summary["verification_max_relative_difference"] < 1e-9
+    assert summary["versions"]["oracle"] == oracle_version() != ""
     assert {p.name for p in out.iterdir()} >= {
         "trials.parquet",
         "pareto.json",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from deepflow.oracle.calibration import framework_calibration
+from deepflow.config.calibration import framework_calibration
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.transformer import data_parallel as dpm

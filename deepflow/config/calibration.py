@@ -1,6 +1,10 @@
-"""Calibration data (``configs/calibration/*.yaml``): efficiencies per device family.
+"""Calibration data (``configs/calibration/*.yaml``): efficiencies per device family, framework
+rates, link classes.
 
-Numbers live in YAML with their provenance; this module only reads and validates them.
+Numbers live in YAML with their provenance; this module finds and validates them. One lookup
+rule, the presets' (:func:`deepflow.config.loader.preset_path`): a ``calibration/NAME.yaml``
+under a folder of ``DEEPFLOW_CONFIG_PATH`` first, else the built-in ``configs/calibration/``.
+:func:`calibration_files` lists exactly the files in use, which ``oracle_version`` hashes.
 """
 
 from __future__ import annotations
@@ -8,17 +12,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from deepflow.config._schema import Ctx, build, key, require_mapping
-from deepflow.config.loader import builtin_config_dir, read_yaml
+from deepflow.config.loader import builtin_config_dir, preset_path, read_yaml
 from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS
 
 __all__ = [
+    "CALIBRATION_FILES",
     "FrameworkCalibration",
     "KernelCalibration",
+    "calibration_files",
+    "calibration_path",
     "framework_calibration",
     "kernel_calibration",
 ]
+
+#: The calibration files the oracle reads (``calibration/<name>.yaml``).
+CALIBRATION_FILES = ("frameworks", "kernels", "network")
+
+
+def calibration_path(name: str) -> Path:
+    """The calibration file ``name`` in use: under ``DEEPFLOW_CONFIG_PATH`` first, else built-in."""
+    found = preset_path("calibration", name)
+    return found if found is not None else builtin_config_dir() / "calibration" / f"{name}.yaml"
+
+
+def calibration_files() -> tuple[Path, ...]:
+    """Every calibration file the oracle reads now, in :data:`CALIBRATION_FILES` order."""
+    return tuple(calibration_path(name) for name in CALIBRATION_FILES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,10 +83,13 @@ class KernelCalibration:
         return sum(eff.values()) / len(eff)
 
 
-@cache
 def kernel_calibration(family: str) -> KernelCalibration:
-    """The kernel calibration of a device family from ``configs/calibration/kernels.yaml``."""
-    path = builtin_config_dir() / "calibration" / "kernels.yaml"
+    """The kernel calibration of a device family from ``calibration/kernels.yaml``."""
+    return _kernel_calibration(calibration_path("kernels"), family)
+
+
+@cache
+def _kernel_calibration(path: Path, family: str) -> KernelCalibration:
     raw = read_yaml(path, what="a calibration mapping with key 'families'")
     ctx = Ctx(str(path))
     families = require_mapping(raw.get("families"), ctx.child("families"))
@@ -88,10 +113,13 @@ class FrameworkCalibration:
     )  # fmt: skip
 
 
-@cache
 def framework_calibration() -> FrameworkCalibration:
-    """The framework calibration from ``configs/calibration/frameworks.yaml``."""
-    path = builtin_config_dir() / "calibration" / "frameworks.yaml"
+    """The framework calibration from ``calibration/frameworks.yaml``."""
+    return _framework_calibration(calibration_path("frameworks"))
+
+
+@cache
+def _framework_calibration(path: Path) -> FrameworkCalibration:
     raw = read_yaml(path, what="a calibration mapping with key 'deepspeed_zero3_2021'")
     ctx = Ctx(str(path))
     entry = require_mapping(raw.get("deepspeed_zero3_2021"), ctx.child("deepspeed_zero3_2021"))

@@ -1,0 +1,61 @@
+"""Calibration files: one lookup rule (DEEPFLOW_CONFIG_PATH, then built-in), and the oracle
+version hashes exactly the files in use."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deepflow.config import load_scenario
+from deepflow.config.calibration import (
+    CALIBRATION_FILES,
+    calibration_files,
+    calibration_path,
+    kernel_calibration,
+)
+from deepflow.config.loader import builtin_config_dir
+from deepflow.datasets.io import oracle_version
+from deepflow.oracle.evaluate import evaluate_one
+from deepflow.oracle.workloads.transformer import ops
+from tests.conftest import REPO
+
+SCENARIO = REPO / "configs" / "scenarios" / "gpt3-175b-a100.yaml"
+
+
+def test_builtin_files_are_used_without_an_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEEPFLOW_CONFIG_PATH", raising=False)
+    builtin = builtin_config_dir() / "calibration"
+    assert calibration_files() == tuple(builtin / f"{n}.yaml" for n in CALIBRATION_FILES)
+    assert all(p.is_file() for p in calibration_files())
+
+
+def test_override_changes_the_model_and_the_oracle_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("DEEPFLOW_CONFIG_PATH", raising=False)
+    before_version = oracle_version()
+    before = evaluate_one(load_scenario(SCENARIO))["step_time_s"]
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    shutil.copy(calibration_path("kernels"), folder / "kernels.yaml")
+    data = yaml.safe_load((folder / "kernels.yaml").read_text())
+    ampere = data["families"]["ampere"]
+    ampere["training_sustained_fraction"] = ampere["training_sustained_fraction"] / 2
+    (folder / "kernels.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("DEEPFLOW_CONFIG_PATH", str(tmp_path))
+    ops.clear_memos()
+    try:
+        assert calibration_path("kernels") == folder / "kernels.yaml"
+        assert calibration_path("network") == builtin_config_dir() / "calibration" / "network.yaml"
+        assert kernel_calibration("ampere").training_sustained_fraction == pytest.approx(
+            ampere["training_sustained_fraction"]
+        )
+        assert oracle_version() != before_version
+        assert evaluate_one(load_scenario(SCENARIO))["step_time_s"] > before
+    finally:
+        ops.clear_memos()
+    monkeypatch.delenv("DEEPFLOW_CONFIG_PATH")
+    assert oracle_version() == before_version
