@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeepflowError", "InfeasibleError", "ReportError"]
+__all__ = ["ConfigError", "DeepflowError", "ReportError"]
 
 
 class DeepflowError(Exception):
@@ -15,10 +15,6 @@ class ConfigError(DeepflowError, ValueError):
     The message names the file and the dotted key, e.g.
     ``configs/devices/x.yaml: hbm_capacity_GiB must be > 0; got -80.``
     """
-
-
-class InfeasibleError(DeepflowError):
-    """A single evaluation that cannot run (e.g. it does not fit in memory)."""
 
 
 class ReportError(ConfigError):

@@ -58,6 +58,7 @@ __all__ = [
     "load_yaml",
     "preset_path",
     "read_yaml",
+    "register_model_kind",
     "scenario_from_mapping",
 ]
 
@@ -83,11 +84,19 @@ DESIGN_REFS = {
 SCENARIO_KEYS = ("system", "workload", "mapping")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "global_batch_size", "precision")
-MODEL_CLASSES: dict[str, type[TransformerSpec] | type[LstmSpec] | type[GemmSpec]] = {
+#: Model spec class per ``kind``; workload kinds registered with the oracle add theirs
+#: (:func:`deepflow.oracle.workloads.register_workload`).
+MODEL_CLASSES: dict[str, type[Any]] = {
     "transformer": TransformerSpec,
     "lstm": LstmSpec,
     "gemm": GemmSpec,
 }
+
+
+def register_model_kind(kind: str, spec_class: type[Any]) -> None:
+    """Make ``workload.model`` of ``kind`` load into ``spec_class`` (a key()-declared
+    frozen dataclass with a ``name`` field)."""
+    MODEL_CLASSES[kind] = spec_class
 
 
 #: libyaml's safe loader where PyYAML was built with it (about 10x faster), else PyYAML's own.
@@ -371,12 +380,11 @@ def _model_from_raw(raw: Mapping[str, Any], ctx: Ctx, name: str) -> ModelSpec:
     if kind not in MODEL_CLASSES:
         near = suggest(kind, list(MODEL_CLASSES)) if isinstance(kind, str) else None
         hint = f" (did you mean '{near}'?)" if near else ""
+        kinds = ", ".join(MODEL_CLASSES)
         if kind is None:
-            raise ctx.child("kind").error("is required (one of: transformer, lstm, gemm).")
-        raise ctx.child("kind").error(
-            f"must be one of: transformer, lstm, gemm; got {describe_value(kind)}{hint}."
-        )
-    model = build(MODEL_CLASSES[kind], raw, ctx, extra={"name": name})
+            raise ctx.child("kind").error(f"is required (one of: {kinds}).")
+        raise ctx.child("kind").error(f"must be one of: {kinds}; got {describe_value(kind)}{hint}.")
+    model: ModelSpec = build(MODEL_CLASSES[kind], raw, ctx, extra={"name": name})
     if isinstance(model, TransformerSpec):
         model = _complete_transformer(model, ctx)
     return model

@@ -1,11 +1,8 @@
 """Label rows of a design space with the oracle: unit cube -> variable values -> results.
 
 Rows are grouped by the scenario they need (device, network, system size, model, precision);
-each transformer group is one vectorised :func:`~deepflow.oracle.evaluate.evaluate_table`
-call with the mapping, workload and design-budget columns of its rows. Other workloads (the
-paper's LSTM, GEMM) are evaluated row by row with
-:func:`~deepflow.oracle.evaluate.evaluate_one`, with design constraints and costs derived in
-one vectorised :func:`~deepflow.oracle.hardware.derive` call.
+each group is one :func:`~deepflow.oracle.evaluate.evaluate_table` call with the mapping,
+workload and design-budget columns of its rows, whatever the workload kind.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from deepflow.config.specs import (
     PerimeterBudgetSpec,
     PowerBudgetSpec,
     Scenario,
-    TransformerSpec,
 )
 from deepflow.datasets.samplers import (
     decode_continuous,
@@ -41,8 +37,8 @@ from deepflow.datasets.space import (
     TECH_VARIABLES,
     DesignSpace,
 )
-from deepflow.oracle.evaluate import evaluate_one, evaluate_table
-from deepflow.oracle.hardware import DESIGN_COLUMNS, derive, design_table
+from deepflow.oracle.evaluate import evaluate_table
+from deepflow.oracle.hardware import DESIGN_COLUMNS, design_table
 
 __all__ = [
     "CONSTRAINTS",
@@ -65,8 +61,6 @@ CONSTRAINTS = (
     "memory_excess_B", "area_excess_mm2", "power_excess_W", "perimeter_excess",
     "reticle_excess_mm2",
 )  # fmt: skip
-#: Design-mode outputs of :func:`derive` the per-row path adds (evaluate_table has them).
-_DESIGN_OUTPUTS = ("die_cost_usd", "device_cost_usd", *CONSTRAINTS[1:])
 _MAPPING = "__mapping__"
 _RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
 _FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce")
@@ -323,48 +317,13 @@ def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: 
     return cols
 
 
-def _flatten_one(result: dict[str, Any]) -> dict[str, float]:
-    """evaluate_one's nested result -> the flat columns evaluate_table returns."""
-    out = {k: float(result[k]) for k in (
-        "step_time_s", "tokens_per_s", "samples_per_s", "model_flops_per_step", "mfu",
-        "memory_per_device_B", "memory_capacity_B", "memory_excess_B")}  # fmt: skip
-    device = result["device"]
-    for k in ("peak_flops", "hbm_bandwidth_Bps", "area_mm2", "power_W"):
-        out[k] = float(device[k])
-    out["system_power_W"] = float(result["system_power_W"])
-    out["energy_per_step_J"] = float(result["energy_per_step_J"])
-    for k, v in result["breakdown_s"].items():
-        out[f"breakdown_{k}_s"] = float(v)
-    out["feasible"] = float(bool(result["feasible"]))
-    return out
-
-
-def _evaluate_rows(space: DesignSpace, scenario: Scenario, dec: dict[str, NDArray[Any]],
-                   rows: I64, n: int) -> dict[str, F]:  # fmt: skip
-    """Row-by-row evaluate_one (non-transformer workloads)."""
-    device = scenario.system.device
-    design = device if isinstance(device, DesignDeviceSpec) else None
-    vals = _design_values(space, dec, rows, n, design) if design is not None else {}
-    batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)[rows]
-    results: dict[str, list[float]] = {}
-    for i in range(len(rows)):
-        system = scenario.system
-        if design is not None:
-            system = dataclasses.replace(system, device=_row_device(space, design, vals, i))
-        workload = dataclasses.replace(scenario.workload, global_batch_size=int(batch[i]))
-        flat = _flatten_one(evaluate_one(dataclasses.replace(scenario, system=system,
-                                                             workload=workload)))  # fmt: skip
-        for k, v in flat.items():
-            results.setdefault(k, []).append(v)
-    out = {k: np.asarray(v, dtype=float) for k, v in results.items()}
-    if design is not None:
-        table = {c: np.broadcast_to(v, (len(rows),)) for c, v in design_table([design]).items()}
-        table.update(_design_columns(space, vals, design))
-        derived = derive(table)
-        for k in _DESIGN_OUTPUTS:
-            out[k] = derived[k]
-        out["feasible"] = ((out["feasible"] > 0) & (derived["feasible"] > 0)).astype(float)
-    return out
+def _batch_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: I64,
+                  n: int) -> dict[str, NDArray[Any]]:  # fmt: skip
+    """The global batch of ``rows`` where the space varies it (workloads without a mapping
+    table)."""
+    if "global_batch_size" not in space.by_name:
+        return {}
+    return {"global_batch_size": _values(space, dec, "global_batch_size", 1, n)[rows].astype(float)}
 
 
 def _evaluate(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> dict[str, F]:
@@ -376,14 +335,12 @@ def _evaluate(space: DesignSpace, dec: dict[str, NDArray[Any]], n: int) -> dict[
         group = space.group(tuple(None if k < 0 else int(k) for k in key))
         scenario = group.scenario
         device = scenario.system.device
-        if group.transformer:
-            cols = _transformer_inputs(space, dec, rows, n)
-            if space.has_design_variables and isinstance(device, DesignDeviceSpec):
-                vals = _design_values(space, dec, rows, n, device)
-                cols.update(_design_columns(space, vals, device))
-            result = evaluate_table(scenario, cols)
-        else:
-            result = _evaluate_rows(space, scenario, dec, rows, n)
+        cols = _transformer_inputs(space, dec, rows, n) if group.transformer else (
+            _batch_inputs(space, dec, rows, n))  # fmt: skip
+        if space.has_design_variables and isinstance(device, DesignDeviceSpec):
+            cols.update(_design_columns(space, _design_values(space, dec, rows, n, device),
+                                        device))  # fmt: skip
+        result = evaluate_table(scenario, cols)
         for k, v in result.items():
             if k not in merged:
                 # A constraint a group's device lacks (design budgets on a spec device) holds;
@@ -409,18 +366,13 @@ def output_names(space: DesignSpace) -> tuple[list[str], list[str]]:
         for m in models:
             seen.setdefault((isinstance(d, DesignDeviceSpec), m.kind), (d, m))
     names: dict[str, None] = {}
-    for (design, _kind), (device, model) in seen.items():
+    for _key, (device, model) in seen.items():
         base = space.base
         scenario = dataclasses.replace(
             base, system=dataclasses.replace(base.system, device=device),
             workload=dataclasses.replace(base.workload, model=model),
         )  # fmt: skip
-        if isinstance(model, TransformerSpec):
-            names.update(dict.fromkeys(evaluate_table(scenario, {})))
-        else:
-            names.update(dict.fromkeys(_flatten_one(evaluate_one(scenario))))
-            if design:
-                names.update(dict.fromkeys(_DESIGN_OUTPUTS))
+        names.update(dict.fromkeys(evaluate_table(scenario, {})))
     names.pop("feasible", None)
     y = [k for k in names if k not in CONSTRAINTS]
     c = [k for k in CONSTRAINTS if k in names]

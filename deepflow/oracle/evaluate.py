@@ -15,13 +15,10 @@ from numpy.typing import NDArray
 
 from deepflow.config.specs import (
     DesignDeviceSpec,
-    GemmSpec,
-    LstmSpec,
     NetworkSpec,
     Scenario,
-    TransformerSpec,
 )
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError
 from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
     DeviceCaps,
@@ -32,16 +29,7 @@ from deepflow.oracle.hardware import (
     device_summary,
 )
 from deepflow.oracle.network import NetworkModel
-from deepflow.oracle.workloads.gemm import gemm_step
-from deepflow.oracle.workloads.lstm import lstm_step
-from deepflow.oracle.workloads.transformer import (
-    MAPPING_COLUMNS,
-    MODEL_COLUMNS,
-    transformer_columns,
-    transformer_step,
-    transformer_step_one,
-    transformer_values,
-)
+from deepflow.oracle.workloads import StepResult, workload_for
 
 __all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
 
@@ -93,7 +81,8 @@ def average_power_W(peak_power_W: Any, idle_fraction: float,
 
 
 def evaluate_one(scenario: Scenario) -> dict[str, Any]:
-    """Evaluate one scenario.
+    """Evaluate one scenario (any registered workload kind): row 0 of :func:`evaluate_table`,
+    through the kind's scalar fast path.
 
     Returns:
         The contract keys: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``,
@@ -104,39 +93,28 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
         average power, :func:`average_power_W`, for the whole step).
 
     Raises:
-        DeepflowError: a workload kind this oracle does not evaluate yet.
+        ConfigError: a workload kind no registered workload evaluates.
     """
     system, workload, mapping = scenario.system, scenario.workload, scenario.mapping
+    kind = workload_for(workload.model)
     caps = device_caps(system.device, workload.precision)
     net = network_model(scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-    model = workload.model
-    if isinstance(model, GemmSpec):
-        result = gemm_step(caps, net, model, mapping)
-    elif isinstance(model, LstmSpec):
-        result = lstm_step(caps, net, model, mapping, workload.global_batch_size)
-    elif isinstance(model, TransformerSpec):
-        values = transformer_values(model, mapping, workload.global_batch_size)
-        result = transformer_step_one(caps, net, values)
-    else:  # pragma: no cover - the loader admits no other kind
-        raise DeepflowError(f"evaluate does not model {model.kind} workloads.")
+    result = kind.step_one(caps, net, kind.columns(workload, mapping))
     summary = device_summary(system.device)
-    step = result["step_time_s"]
-    devices = system.num_devices
-    capacity = caps.hbm_capacity_B
-    memory = result["memory_per_device_B"]
     peak_power = float(summary["power_W"])
-    power = average_power_W(peak_power, caps.idle_power_fraction, result["breakdown_s"], step)
+    out = _outputs(result, caps, peak_power, system.num_devices)
+    power = out.pop("average_power_W")
     return {
-        "step_time_s": step,
-        "tokens_per_s": result["tokens_per_step"] / step,
-        "samples_per_s": result["samples_per_step"] / step,
-        "model_flops_per_step": result["model_flops_per_step"],
-        "mfu": result["model_flops_per_step"] / (step * devices * caps.peak_flops),
-        "memory_per_device_B": memory,
-        "memory_capacity_B": capacity,
-        "memory_excess_B": memory - capacity,
-        "feasible": bool(memory <= capacity),
-        "breakdown_s": result["breakdown_s"],
+        "step_time_s": out["step_time_s"],
+        "tokens_per_s": out["tokens_per_s"],
+        "samples_per_s": out["samples_per_s"],
+        "model_flops_per_step": out["model_flops_per_step"],
+        "mfu": out["mfu"],
+        "memory_per_device_B": out["memory_per_device_B"],
+        "memory_capacity_B": out["memory_capacity_B"],
+        "memory_excess_B": out["memory_excess_B"],
+        "feasible": bool(out["memory_per_device_B"] <= out["memory_capacity_B"]),
+        "breakdown_s": result.breakdown_s,
         "device": {
             "name": system.device.name,
             "mode": "design" if isinstance(system.device, DesignDeviceSpec) else "spec",
@@ -146,7 +124,31 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
             "power_W": peak_power,
             "average_power_W": power,
         },
-        "num_devices": devices,
+        "num_devices": system.num_devices,
+        "system_power_W": out["system_power_W"],
+        "energy_per_step_J": out["energy_per_step_J"],
+    }
+
+
+def _outputs(result: StepResult, caps: DeviceCaps, peak_power_W: Any, devices: int, *,
+             peak_flops: Any = None, capacity_B: Any = None) -> dict[str, Any]:  # fmt: skip
+    """The result columns every evaluation derives from a step (floats or arrays of n);
+    ``peak_flops`` and ``capacity_B`` default to the device's."""
+    step = result.step_time_s
+    memory = result.memory_per_device_B
+    capacity = caps.hbm_capacity_B if capacity_B is None else capacity_B
+    peak = caps.peak_flops if peak_flops is None else peak_flops
+    power = average_power_W(peak_power_W, caps.idle_power_fraction, result.breakdown_s, step)
+    return {
+        "step_time_s": step,
+        "tokens_per_s": result.tokens_per_step / step,
+        "samples_per_s": result.samples_per_step / step,
+        "model_flops_per_step": result.model_flops_per_step,
+        "mfu": result.model_flops_per_step / (step * devices * peak),
+        "memory_per_device_B": memory,
+        "memory_capacity_B": capacity,
+        "memory_excess_B": memory - capacity,
+        "average_power_W": power,
         "system_power_W": power * devices,
         "energy_per_step_J": power * devices * step,
     }
@@ -165,13 +167,14 @@ def _design_caps(
 
 
 def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, F]:
-    """Evaluate n variants of a transformer scenario in one vectorised call.
+    """Evaluate n variants of a scenario (any registered workload kind) in one call.
 
     Args:
-        scenario: the base scenario (transformer workload).
-        columns: equal-length arrays overriding the base: any transformer model or mapping
-            column (``transformer.MODEL_COLUMNS``, ``MAPPING_COLUMNS``) and, for a
-            design-mode device, any of ``hardware.DESIGN_COLUMNS`` (budgets, technology).
+        scenario: the base scenario.
+        columns: equal-length arrays overriding the base: any input column of the workload
+            kind (``Workload.columns``: for transformers ``transformer.MODEL_COLUMNS`` and
+            ``MAPPING_COLUMNS``) and, for a design-mode device, any of
+            ``hardware.DESIGN_COLUMNS`` (budgets, technology).
 
     Returns:
         Columns of n: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``, ``mfu``,
@@ -184,71 +187,81 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
         Row i equals ``evaluate_one`` of the scenario with row i's values.
 
     Raises:
-        ConfigError: a non-transformer workload or an unknown column name.
+        ConfigError: an unknown column name, or a workload kind no workload evaluates.
     """
-    model = scenario.workload.model
-    if not isinstance(model, TransformerSpec):
-        raise ConfigError(
-            f"{scenario.source}: evaluate_table evaluates transformer workloads; "
-            f"workload.model is a {model.kind} model."
-        )
-    known = set(MODEL_COLUMNS) | set(MAPPING_COLUMNS) | set(DESIGN_COLUMNS)
-    unknown = sorted(set(columns) - known)
+    kind = workload_for(scenario.workload.model)
+    base = kind.columns(scenario.workload, scenario.mapping)
+    unknown = sorted(set(columns) - set(base) - set(DESIGN_COLUMNS))
     if unknown:
         raise ConfigError(f"evaluate_table: unknown columns {', '.join(unknown)}.")
-    lengths = {np.size(v) for v in columns.values()} or {1}
-    n = max(lengths)
-    base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
+    n = max({np.size(v) for v in columns.values()} or {1})
     x = {k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,)) for k, v in
          base.items()}  # fmt: skip
-    device, precision = scenario.system.device, scenario.workload.precision
-    derived: dict[str, F] = {}
-    if isinstance(device, DesignDeviceSpec):
-        caps, derived = _design_caps(device, precision, columns, n)
-        peak_power = derived["power_W"]
-        area = derived["die_area_mm2"]
-    else:
-        caps = device_caps(device, precision)
-        peak_power = np.full(n, device.tdp_W)
-        area = np.full(n, device.die_area_mm2)
-    net = network_model(scenario)
+    caps, net, derived = _table_system(scenario, columns, n)
     if derived:
-        up, out = derived["scale_up_bandwidth_Bps"], derived["scale_out_bandwidth_Bps"]
-        net = replace(
-            net,
-            scale_up_bandwidth_Bps=np.where(up > 0, up, net.scale_up_bandwidth_Bps),
-            scale_out_bandwidth_Bps=np.where(out > 0, out, net.scale_out_bandwidth_Bps),
-        )
-    result = transformer_step(caps, net, x)
-    step = result["step_time_s"]
-    devices = scenario.system.num_devices
-    capacity = np.broadcast_to(np.asarray(caps.hbm_capacity_B, dtype=float), (n,))
-    memory = result["memory_per_device_B"]
-    power = average_power_W(peak_power, caps.idle_power_fraction, result["breakdown_s"], step)
-    peak = np.broadcast_to(np.asarray(caps.peak_flops, dtype=float), (n,))
-    feasible = memory <= capacity
-    out_cols: dict[str, F] = {
-        "step_time_s": step,
-        "tokens_per_s": result["tokens_per_step"] / step,
-        "samples_per_s": result["samples_per_step"] / step,
-        "model_flops_per_step": result["model_flops_per_step"],
-        "mfu": result["model_flops_per_step"] / (step * devices * peak),
-        "memory_per_device_B": memory,
-        "memory_capacity_B": capacity,
-        "memory_excess_B": memory - capacity,
-        "peak_flops": peak,
-        "hbm_bandwidth_Bps": np.broadcast_to(np.asarray(caps.hbm_bandwidth_Bps, float), (n,)),
-        "area_mm2": area,
-        "power_W": peak_power,
-        "system_power_W": power * devices,
-        "energy_per_step_J": power * devices * step,
-    }
-    for name, value in result["breakdown_s"].items():
+        peak_power, area = derived["power_W"], derived["die_area_mm2"]
+    else:
+        device = scenario.system.device
+        assert not isinstance(device, DesignDeviceSpec)
+        peak_power, area = np.full(n, device.tdp_W), np.full(n, device.die_area_mm2)
+    result = kind.step(caps, net, x)
+    out = _outputs(result, caps, peak_power, scenario.system.num_devices,
+                   peak_flops=_per_case(caps.peak_flops, n),
+                   capacity_B=_per_case(caps.hbm_capacity_B, n))  # fmt: skip
+    out.pop("average_power_W")
+    feasible = out["memory_per_device_B"] <= out["memory_capacity_B"]
+    out.update({"peak_flops": _per_case(caps.peak_flops, n),
+                "hbm_bandwidth_Bps": _per_case(caps.hbm_bandwidth_Bps, n),
+                "area_mm2": area, "power_W": peak_power})  # fmt: skip
+    order = (
+        "step_time_s",
+        "tokens_per_s",
+        "samples_per_s",
+        "model_flops_per_step",
+        "mfu",
+        "memory_per_device_B",
+        "memory_capacity_B",
+        "memory_excess_B",
+        "peak_flops",
+        "hbm_bandwidth_Bps",
+        "area_mm2",
+        "power_W",
+        "system_power_W",
+        "energy_per_step_J",
+    )
+    out_cols: dict[str, Any] = {k: out[k] for k in order}
+    for name, value in result.breakdown_s.items():
         out_cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
     if derived:
         for name in ("die_cost_usd", "device_cost_usd", "area_excess_mm2", "power_excess_W",
                      "perimeter_excess", "reticle_excess_mm2"):  # fmt: skip
             out_cols[name] = derived[name]
         feasible = feasible & (derived["feasible"] > 0)
-    out_cols["feasible"] = feasible.astype(bool)
-    return {k: np.asarray(v) for k, v in out_cols.items()}
+    out_cols["feasible"] = np.asarray(feasible).astype(bool)
+    return {
+        k: np.broadcast_to(
+            np.asarray(v, dtype=v.dtype if isinstance(v, np.ndarray) else float), (n,)
+        ).copy()
+        for k, v in out_cols.items()
+    }
+
+
+def _per_case(value: Any, n: int) -> F:
+    return np.broadcast_to(np.asarray(value, dtype=float), (n,))
+
+
+def _table_system(scenario: Scenario, columns: Mapping[str, Any],
+                  n: int) -> tuple[DeviceCaps, NetworkModel, dict[str, F]]:  # fmt: skip
+    """The device (n design variants, or one spec device) and network of a table."""
+    device, precision = scenario.system.device, scenario.workload.precision
+    net = network_model(scenario)
+    if not isinstance(device, DesignDeviceSpec):
+        return device_caps(device, precision), net, {}
+    caps, derived = _design_caps(device, precision, columns, n)
+    up, out = derived["scale_up_bandwidth_Bps"], derived["scale_out_bandwidth_Bps"]
+    net = replace(
+        net,
+        scale_up_bandwidth_Bps=np.where(up > 0, up, net.scale_up_bandwidth_Bps),
+        scale_out_bandwidth_Bps=np.where(out > 0, out, net.scale_out_bandwidth_Bps),
+    )
+    return caps, net, derived

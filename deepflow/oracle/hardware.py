@@ -261,8 +261,18 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
     out: dict[str, F] = {}
     die = t["die_area_mm2"]
     perimeter = 4.0 * np.sqrt(die)  # square die (docs/model.md §B3.5)
+    out.update(_core(t))
+    for lvl in SRAM_LEVELS:  # (§B3.4)
+        out.update(_sram_level(t, lvl, out["num_sms"]))
+    out.update(_hbm(t, die, perimeter))
+    for c in LINK_CLASSES:  # (§B3.5)
+        out.update(_link_class(t, c, perimeter))
+    out.update(_budgets_and_cost(t, out, die, perimeter))
+    return out
 
-    # ---- core (§B3.2): MCUs from the area budget, clock from the power budget.
+
+def _core(t: Mapping[str, F]) -> dict[str, F]:
+    """The core (§B3.2): MCUs from the area budget, clock from the power budget."""
     mcus = _floor(t["area_core_mm2"] / t["core_mcu_area_mm2"])
     sms = _floor(mcus / t["core_mcus_per_sm"])
     nominal = t["core_mcu_nominal_power_W"] * mcus
@@ -271,19 +281,19 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
         t["core_threshold_voltage_V"], t["core_margin_voltage_V"],
     )  # fmt: skip
     peak16 = t["core_mcu_flops_per_cycle"] * mcus * clock
-    out.update(num_mcus=mcus, num_sms=sms, core_voltage_V=v, clock_Hz=clock, core_power_W=p_core)
+    out = {"num_mcus": mcus, "num_sms": sms, "core_voltage_V": v, "clock_Hz": clock,
+           "core_power_W": p_core}  # fmt: skip
     for p in PEAK_PRECISIONS:
         out[f"peak_flops_{p}"] = peak16 * t[f"ratio_{p}"]
     e_flop = t["core_mcu_nominal_power_W"] / (
         t["core_mcu_flops_per_cycle"] * t["core_nominal_freq_Hz"]
     )
     out["energy_per_flop_J"] = e_flop * (v / t["core_nominal_voltage_V"]) ** 2  # fp16, §B3.2
+    return out
 
-    # ---- SRAM levels (§B3.4).
-    for lvl in SRAM_LEVELS:
-        out.update(_sram_level(t, lvl, sms))
 
-    # ---- HBM (§B3.3): stacks fit the package and the controller area; wires fit the die edge.
+def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
+    """HBM (§B3.3): stacks fit the package and the controller area; wires fit the die edge."""
     by_package = _floor(
         np.maximum(t["package_area_mm2"] - die, 0.0) / t["dram_stack_footprint_mm2"]
     )
@@ -299,60 +309,62 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
         t["dram_nominal_voltage_V"], t["dram_threshold_voltage_V"], t["dram_margin_voltage_V"],
         t["dram_max_voltage_V"],
     )  # fmt: skip
-    out.update(
-        hbm_num_stacks=stacks,
-        hbm_num_wires=wires,
-        hbm_capacity_B=capacity,
-        dram_voltage_V=dv,
-        dram_pin_rate_bps=df,
-        hbm_bandwidth_Bps=wires * df / 8.0,
-        hbm_latency_s=t["dram_latency_s"],
-        dram_power_W=np.minimum(t["power_dram_W"], dp + static),
-        dram_energy_per_bit_J=t["dram_energy_per_bit_J"] * (dv / t["dram_nominal_voltage_V"]) ** 2,
-        hbm_wire_limited=(edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
-    )
+    return {
+        "hbm_num_stacks": stacks,
+        "hbm_num_wires": wires,
+        "hbm_capacity_B": capacity,
+        "dram_voltage_V": dv,
+        "dram_pin_rate_bps": df,
+        "hbm_bandwidth_Bps": wires * df / 8.0,
+        "hbm_latency_s": t["dram_latency_s"],
+        "dram_power_W": np.minimum(t["power_dram_W"], dp + static),
+        "dram_energy_per_bit_J": t["dram_energy_per_bit_J"]
+        * (dv / t["dram_nominal_voltage_V"]) ** 2,
+        "hbm_wire_limited": (edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
+    }
 
-    # ---- links (§B3.5).
-    for c in LINK_CLASSES:
-        out.update(_link_class(t, c, perimeter))
 
-    # ---- area, power, cost, constraints.
+def _budgets_and_cost(t: Mapping[str, F], out: Mapping[str, F], die: F,
+                      perimeter: F) -> dict[str, F]:  # fmt: skip
+    """Area, power, cost and the constraint columns (≤ 0 feasible) of derived parts ``out``."""
     die_budget = _total(t[f"area_{p}_mm2"] for p in _AREA_PARTS)
     power_budget = _total(t[f"power_{p}_W"] for p in _POWER_PARTS)
+    sram_power = sum(out[f"{lvl}_power_W"] for lvl in SRAM_LEVELS)
     used_power = (
-        p_core + out["dram_power_W"] + sum(out[f"{lvl}_power_W"] for lvl in SRAM_LEVELS)
+        out["core_power_W"] + out["dram_power_W"] + sram_power
         + out["scale_up_power_W"] + out["scale_out_power_W"]
     )  # fmt: skip
+    stacks, capacity = out["hbm_num_stacks"], out["hbm_capacity_B"]
     package = die + stacks * t["dram_stack_footprint_mm2"]
-    out.update(
-        die_area_mm2=die,
-        die_area_allocated_mm2=die_budget,
-        package_area_mm2=package,
-        power_W=used_power,
-        power_allocated_W=power_budget,
-        tdp_W=t["tdp_W"],
-        perimeter_mm=perimeter,
-        area_excess_mm2=np.maximum(die_budget - die, package - t["package_area_mm2"]),
-        power_excess_W=power_budget - t["tdp_W"],
-        perimeter_excess=_total(t[f"perimeter_{p}"] for p in _PERIMETER_PARTS) - 1.0,
-        reticle_excess_mm2=die - RETICLE_LIMIT_mm2,
-    )
-    out["feasible"] = (
-        (out["area_excess_mm2"] <= 1e-9)
-        & (out["power_excess_W"] <= 1e-9)
-        & (out["perimeter_excess"] <= 1e-12)
-        & (out["reticle_excess_mm2"] <= 0)
+    res: dict[str, F] = {
+        "die_area_mm2": die,
+        "die_area_allocated_mm2": die_budget,
+        "package_area_mm2": package,
+        "power_W": used_power,
+        "power_allocated_W": power_budget,
+        "tdp_W": t["tdp_W"],
+        "perimeter_mm": perimeter,
+        "area_excess_mm2": np.maximum(die_budget - die, package - t["package_area_mm2"]),
+        "power_excess_W": power_budget - t["tdp_W"],
+        "perimeter_excess": _total(t[f"perimeter_{p}"] for p in _PERIMETER_PARTS) - 1.0,
+        "reticle_excess_mm2": die - RETICLE_LIMIT_mm2,
+    }
+    res["feasible"] = (
+        (res["area_excess_mm2"] <= 1e-9)
+        & (res["power_excess_W"] <= 1e-9)
+        & (res["perimeter_excess"] <= 1e-12)
+        & (res["reticle_excess_mm2"] <= 0)
     ).astype(float)
-    out["dies_per_wafer"] = dies_per_wafer(die)
-    out["die_yield"] = negative_binomial_yield(
+    res["dies_per_wafer"] = dies_per_wafer(die)
+    res["die_yield"] = negative_binomial_yield(
         die, t["core_defect_density_per_cm2"], t["core_yield_alpha"]
     )
-    out["die_cost_usd"] = die_cost_usd(
+    res["die_cost_usd"] = die_cost_usd(
         die, t["core_wafer_cost_usd"], t["core_defect_density_per_cm2"], t["core_yield_alpha"]
     )
-    out["hbm_cost_usd"] = capacity / 2**30 * t["dram_cost_usd_per_GiB"]
-    out["device_cost_usd"] = out["die_cost_usd"] + out["hbm_cost_usd"]
-    return out
+    res["hbm_cost_usd"] = capacity / 2**30 * t["dram_cost_usd_per_GiB"]
+    res["device_cost_usd"] = res["die_cost_usd"] + res["hbm_cost_usd"]
+    return res
 
 
 def derive_one(spec: DesignDeviceSpec) -> dict[str, float]:

@@ -1,0 +1,136 @@
+"""The workload protocol: what the oracle needs from a kind of workload, and the registry.
+
+A workload kind (``transformer``, ``lstm``, ``gemm``, or one a user registers) is a
+:class:`Workload`: its model spec class (the scenario YAML's ``workload.model`` with ``kind``),
+the input columns a case is described by, and a step model over columns of n cases.
+:func:`deepflow.oracle.evaluate.evaluate_table` evaluates any registered kind through it, and
+``evaluate_one`` is its first row.
+
+Example (a toy kind; tests/oracle/test_workload_protocol.py registers one)::
+
+    @dataclass(frozen=True, kw_only=True)
+    class ToySpec:
+        name: str
+        kind: str = key("kind", choices=("toy",))
+        flops: float = key("flops", gt=0)
+
+    class Toy(Workload):
+        kind, spec_class = "toy", ToySpec
+        def columns(self, workload, mapping): return {"flops": workload.model.flops}
+        def step(self, caps, net, x): ...
+
+    register_workload(Toy())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.config.loader import register_model_kind
+from deepflow.config.specs import MappingSpec, WorkloadSpec
+from deepflow.errors import ConfigError
+from deepflow.oracle.hardware import DeviceCaps
+from deepflow.oracle.network import NetworkModel
+
+__all__ = ["StepResult", "Workload", "register_workload", "workload_for", "workloads"]
+
+F = NDArray[np.float64]
+
+
+class StepResult(NamedTuple):
+    """One step of n cases (arrays of n; floats from :meth:`Workload.step_one`)."""
+
+    step_time_s: Any
+    breakdown_s: dict[str, Any]  #: parts that sum to ``step_time_s``
+    memory_per_device_B: Any
+    model_flops_per_step: Any
+    tokens_per_step: Any
+    samples_per_step: Any
+
+
+class Workload(ABC):
+    """A kind of workload: its spec, its input columns and its step model."""
+
+    #: the model's ``kind`` in scenario YAML
+    kind: ClassVar[str]
+    #: the frozen dataclass a model preset of this kind loads into (fields declared with key())
+    spec_class: ClassVar[type]
+
+    @abstractmethod
+    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
+        """The case's input columns (model, batch and mapping), as floats."""
+
+    @abstractmethod
+    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+        """The step of n cases: ``x`` holds an array of n for every name of :meth:`columns`;
+        ``caps`` and ``net`` may hold arrays of n (design sweeps)."""
+
+    def step_one(self, caps: DeviceCaps, net: NetworkModel,
+                 values: Mapping[str, float]) -> StepResult:  # fmt: skip
+        """The step of one case given as floats (a kind may have a faster scalar path)."""
+        batch = self.step(caps, net, {k: np.atleast_1d(float(v)) for k, v in values.items()})
+        return _first_row(batch)
+
+
+def _first_row(batch: StepResult) -> StepResult:
+    def first(v: Any) -> float:
+        return float(np.asarray(v).reshape(-1)[0])
+
+    return StepResult(
+        step_time_s=first(batch.step_time_s),
+        breakdown_s={k: first(v) for k, v in batch.breakdown_s.items()},
+        memory_per_device_B=first(batch.memory_per_device_B),
+        model_flops_per_step=first(batch.model_flops_per_step),
+        tokens_per_step=first(batch.tokens_per_step),
+        samples_per_step=first(batch.samples_per_step),
+    )
+
+
+_REGISTRY: dict[str, Workload] = {}
+
+
+def register_workload(workload: Workload) -> Workload:
+    """Add a workload kind: its spec class becomes loadable as ``workload.model`` of that kind,
+    and :func:`workload_for` finds it. Registering a kind again replaces it."""
+    if not dataclasses.is_dataclass(workload.spec_class):
+        raise TypeError(f"{type(workload).__name__}.spec_class must be a dataclass")
+    register_model_kind(workload.kind, workload.spec_class)
+    _REGISTRY[workload.kind] = workload
+    return workload
+
+
+def workloads() -> dict[str, Workload]:
+    """The registered workload kinds, by name."""
+    return dict(_REGISTRY)
+
+
+def workload_for(model: Any) -> Workload:
+    """The workload kind of a model spec.
+
+    Raises:
+        ConfigError: no workload of that kind is registered.
+    """
+    found = _REGISTRY.get(getattr(model, "kind", ""))
+    if found is None:
+        raise ConfigError(
+            f"no workload of kind {getattr(model, 'kind', None)!r} is registered (known: "
+            f"{', '.join(sorted(_REGISTRY))})."
+        )
+    return found
+
+
+def row_of(obj: Any, i: int, names: tuple[str, ...] | None = None) -> Any:
+    """A frozen dataclass with its per-case fields (arrays of n: design sweeps) replaced by
+    case i: the fields ``names``, or every field that is a one-dimensional array."""
+    fields = names if names is not None else tuple(
+        f.name for f in dataclasses.fields(obj) if f.init and np.ndim(getattr(obj, f.name)) == 1
+    )  # fmt: skip
+    changes = {name: float(np.asarray(getattr(obj, name)).reshape(-1)[i]) for name in fields
+               if np.ndim(getattr(obj, name)) > 0}  # fmt: skip
+    return dataclasses.replace(obj, **changes) if changes else obj

@@ -1,0 +1,151 @@
+"""The built-in workload kinds (transformer, lstm, gemm) through the workload protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.config.specs import GemmSpec, LstmSpec, MappingSpec, TransformerSpec, WorkloadSpec
+from deepflow.oracle.hardware import DeviceCaps
+from deepflow.oracle.network import NetworkModel
+from deepflow.oracle.workloads.base import StepResult, Workload, register_workload, row_of
+from deepflow.oracle.workloads.gemm import gemm_step
+from deepflow.oracle.workloads.lstm import lstm_step
+from deepflow.oracle.workloads.transformer import (
+    transformer_step,
+    transformer_step_one,
+    transformer_values,
+)
+
+__all__ = ["GemmWorkload", "LstmWorkload", "TransformerWorkload"]
+
+F = NDArray[np.float64]
+
+
+def _result(out: Mapping[str, Any]) -> StepResult:
+    return StepResult(
+        step_time_s=out["step_time_s"],
+        breakdown_s=out["breakdown_s"],
+        memory_per_device_B=out["memory_per_device_B"],
+        model_flops_per_step=out["model_flops_per_step"],
+        tokens_per_step=out["tokens_per_step"],
+        samples_per_step=out["samples_per_step"],
+    )
+
+
+class TransformerWorkload(Workload):
+    """Decoder-only transformer training (:mod:`deepflow.oracle.workloads.transformer`)."""
+
+    kind = "transformer"
+    spec_class = TransformerSpec
+
+    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
+        assert isinstance(workload.model, TransformerSpec)
+        return transformer_values(workload.model, mapping, workload.global_batch_size)
+
+    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+        return _result(transformer_step(caps, net, x))
+
+    def step_one(self, caps: DeviceCaps, net: NetworkModel,
+                 values: Mapping[str, float]) -> StepResult:  # fmt: skip
+        return _result(transformer_step_one(caps, net, values))
+
+
+#: Mapping columns of the CrossFlow kinds: kernel parallelism (RC 0 / CR 1) and its split.
+_PARTITIONS = ("rc", "cr")
+_NET_PER_CASE = ("scale_up_bandwidth_Bps", "scale_out_bandwidth_Bps")
+
+
+def _mapping_columns(mapping: MappingSpec) -> dict[str, float]:
+    return {
+        "data_parallel": float(mapping.data_parallel),
+        "tensor_parallel": float(mapping.tensor_parallel),
+        "pipeline_parallel": float(mapping.pipeline_parallel),
+        "kernel_partition": float(_PARTITIONS.index(mapping.kernel_partition)),
+        "kernel_parallel_dim2": float(mapping.kernel_parallel_dim2),
+    }
+
+
+def _mapping_of(row: Mapping[str, float]) -> MappingSpec:
+    return MappingSpec(
+        data_parallel=int(row["data_parallel"]), tensor_parallel=int(row["tensor_parallel"]),
+        pipeline_parallel=int(row["pipeline_parallel"]),
+        kernel_partition=_PARTITIONS[int(row["kernel_partition"])],
+        kernel_parallel_dim2=int(row["kernel_parallel_dim2"]),
+    )  # fmt: skip
+
+
+def _by_rows(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F],
+             one: Callable[[DeviceCaps, NetworkModel, dict[str, float]], dict[str, Any]],
+             ) -> StepResult:  # fmt: skip
+    """A scalar step model over n cases, one case at a time (per-case devices and links)."""
+    n = max((np.size(v) for v in x.values()), default=1)
+    cols = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in x.items()}
+    rows = [one(row_of(caps, i), row_of(net, i, _NET_PER_CASE),
+                {k: float(v[i]) for k, v in cols.items()}) for i in range(n)]  # fmt: skip
+
+    def column(key: str) -> F:
+        return np.array([float(r[key]) for r in rows])
+
+    breakdown = {k: np.array([float(r["breakdown_s"][k]) for r in rows])
+                 for k in (rows[0]["breakdown_s"] if rows else {})}  # fmt: skip
+    return StepResult(
+        step_time_s=column("step_time_s"), breakdown_s=breakdown,
+        memory_per_device_B=column("memory_per_device_B"),
+        model_flops_per_step=column("model_flops_per_step"),
+        tokens_per_step=column("tokens_per_step"), samples_per_step=column("samples_per_step"),
+    )  # fmt: skip
+
+
+class GemmWorkload(Workload):
+    """One GEMM, split over devices as CrossFlow's kernel parallelism (:mod:`.gemm`)."""
+
+    kind = "gemm"
+    spec_class = GemmSpec
+
+    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
+        model = workload.model
+        assert isinstance(model, GemmSpec)
+        return {"m": float(model.m), "k": float(model.k), "n": float(model.n),
+                **_mapping_columns(mapping)}  # fmt: skip
+
+    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
+            model = GemmSpec(name="", kind="gemm", m=int(row["m"]), k=int(row["k"]),
+                             n=int(row["n"]))  # fmt: skip
+            return gemm_step(c, nt, model, _mapping_of(row))
+
+        return _by_rows(caps, net, x, one)
+
+
+_LSTM_FIELDS = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
+                "num_gates")  # fmt: skip
+
+
+class LstmWorkload(Workload):
+    """The DeepFlow paper's LSTM language model (:mod:`.lstm`)."""
+
+    kind = "lstm"
+    spec_class = LstmSpec
+
+    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
+        model = workload.model
+        assert isinstance(model, LstmSpec)
+        return {**{f: float(getattr(model, f)) for f in _LSTM_FIELDS},
+                "global_batch_size": float(workload.global_batch_size),
+                **_mapping_columns(mapping)}  # fmt: skip
+
+    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
+            shape: dict[str, Any] = {f: int(row[f]) for f in _LSTM_FIELDS}
+            model = LstmSpec(name="", kind="lstm", **shape)
+            return lstm_step(c, nt, model, _mapping_of(row), int(row["global_batch_size"]))
+
+        return _by_rows(caps, net, x, one)
+
+
+for _kind in (TransformerWorkload(), GemmWorkload(), LstmWorkload()):
+    register_workload(_kind)
