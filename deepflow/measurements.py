@@ -429,9 +429,9 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     # parallelism counted apart, a typo) gives way to num_gpus / (tp x pp x cp)
     dp = gpus // (tp * pp * cp)
     model = _model(case, flags)
-    # interleaving needs pp x v to divide the layers: the largest such v up to the stated one
+    # the largest interleave up to the stated one that the mapping rules admit
     vp = int(train.get("virtual_pipeline_stages") or 1) if pp > 1 else 1
-    while vp > 1 and model["num_layers"] % (pp * vp):
+    while vp > 1 and not _interleave_ok(model, pp, vp):
         vp -= 1
     batch = _modelled_batch(case, dp)
     precision = _precision(case, _preset_raw("devices", device_preset))
@@ -542,3 +542,15 @@ def measured_step_time_s(case: dict[str, Any]) -> float:
         "tokens_per_s_per_gpu, samples_per_s, tflops_per_gpu or mfu_pct (with "
         "hardware.peak_dense_tflops_precision_used)."
     )
+
+
+def _interleave_ok(model: dict[str, Any], pp: int, vp: int) -> bool:
+    """Whether the mapping rules on interleaving (deepflow.config.mapping) admit pp × vp."""
+    from types import SimpleNamespace
+
+    from deepflow.config.mapping import RULES
+
+    shape = SimpleNamespace(**model)  # the rules read the model's shape by attribute
+    values = {"pipeline_parallel": pp, "virtual_pipeline_stages": vp}
+    return all(bool(rule.ok(values, shape)) for rule in RULES  # type: ignore[arg-type]
+               if rule.key == "virtual_pipeline_stages")  # fmt: skip

@@ -26,6 +26,7 @@ from deepflow.config._schema import (
     suggest,
     yaml_keys,
 )
+from deepflow.config.mapping import STRUCTURAL, first_violation
 from deepflow.config.scaling import apply_scaling
 from deepflow.config.specs import (
     DesignDeviceSpec,
@@ -522,41 +523,10 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if not isinstance(model, TransformerSpec):
         _check_kernel_parallel(s, mctx)
         return
-    if model.num_attention_heads % m.tensor_parallel or model.num_kv_heads % m.tensor_parallel:
-        raise mctx.child("tensor_parallel").error(
-            f"({m.tensor_parallel}) must divide the model's num_attention_heads "
-            f"({model.num_attention_heads}) and num_kv_heads ({model.num_kv_heads})."
-        )
-    if m.pipeline_parallel > model.num_layers:
-        raise mctx.child("pipeline_parallel").error(
-            f"({m.pipeline_parallel}) must be <= the model's num_layers ({model.num_layers})."
-        )
-    if m.virtual_pipeline_stages > 1:
-        if m.pipeline_parallel == 1:
-            raise mctx.child("virtual_pipeline_stages").error(
-                f"({m.virtual_pipeline_stages}) > 1 needs pipeline_parallel > 1."
-            )
-        chunks = m.pipeline_parallel * m.virtual_pipeline_stages
-        if model.num_layers % chunks:
-            raise mctx.child("virtual_pipeline_stages").error(
-                f"pipeline_parallel {m.pipeline_parallel} × virtual_pipeline_stages "
-                f"{m.virtual_pipeline_stages} = {chunks} must divide num_layers "
-                f"({model.num_layers})."
-            )
-    if model.seq_length % m.context_parallel:
-        raise mctx.child("context_parallel").error(
-            f"({m.context_parallel}) must divide the model's seq_length ({model.seq_length})."
-        )
-    if m.expert_parallel > 1:
-        if model.num_experts % m.expert_parallel:
-            raise mctx.child("expert_parallel").error(
-                f"({m.expert_parallel}) must divide the model's num_experts ({model.num_experts})."
-            )
-        if m.data_parallel % m.expert_parallel:
-            raise mctx.child("expert_parallel").error(
-                f"({m.expert_parallel}) must divide data_parallel ({m.data_parallel}): experts "
-                "are sharded across data-parallel ranks."
-            )
+    broken = first_violation({d: getattr(m, d) for d in STRUCTURAL}, model)
+    if broken is not None:
+        key_name, message = broken
+        raise mctx.child(key_name).error(message)
 
 
 def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:

@@ -34,6 +34,7 @@ from deepflow.config import (
     read_yaml,
     scenario_from_mapping,
 )
+from deepflow.config import mapping as mapping_rules
 from deepflow.config._schema import Ctx, check_choice, check_keys, describe_value, suggest
 from deepflow.config.loader import load_technology_ref, preset_file, preset_path
 from deepflow.config.specs import (
@@ -73,10 +74,7 @@ MAX_VALIDITY_KEYS = 100_000
 
 #: Mapping degrees that must factorise the device count and fit the model: drawn jointly,
 #: uniformly over the valid combinations (the order of the mapping table's columns).
-STRUCTURAL = (
-    "tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel",
-    "expert_parallel", "micro_batch_size", "virtual_pipeline_stages",
-)  # fmt: skip
+STRUCTURAL = mapping_rules.STRUCTURAL
 AREA_PARTS = ("core", "l2", "l1", "register_file", "memory_controller", "scale_up", "scale_out")
 POWER_PARTS = ("core", "dram", "l2", "l1", "register_file", "scale_up", "scale_out")
 PERIMETER_PARTS = ("dram", "scale_up", "scale_out")
@@ -684,43 +682,9 @@ def valid_mappings(
     num_devices: int, model: TransformerSpec, batch: int,
     candidates: Mapping[str, tuple[int, ...] | None],
 ) -> I64:  # fmt: skip
-    """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order).
-
-    Valid (the scenario loader's rules): tensor × pipeline × context × data parallel = devices;
-    tensor parallel divides the attention and KV heads; pipeline stages <= layers; interleaving
-    (virtual stages > 1) needs pipeline parallelism and divides the layers; context parallel
-    divides the sequence; expert parallel divides the experts and data parallel; the global
-    batch divides into data parallel × micro-batch. ``candidates`` gives each degree's allowed
-    values; data_parallel None means derived from the others.
-    """
-    c = candidates
-    rows: list[tuple[int, ...]] = []
-    heads, kv = model.num_attention_heads, model.num_kv_heads
-    tps = [t for t in c["tensor_parallel"] or ()
-           if _divides(t, num_devices) and _divides(t, heads) and _divides(t, kv)]  # fmt: skip
-    for tp in tps:
-        for pp in c["pipeline_parallel"] or ():
-            if not _divides(pp, num_devices // tp) or pp > model.num_layers:
-                continue
-            for cp in c["context_parallel"] or ():
-                if not _divides(cp, num_devices // (tp * pp)) or not _divides(cp, model.seq_length):
-                    continue
-                dp = num_devices // (tp * pp * cp)
-                if c["data_parallel"] is not None and dp not in c["data_parallel"]:
-                    continue
-                if not _divides(dp, batch):
-                    continue
-                for ep in c["expert_parallel"] or ():
-                    if ep > 1 and not (_divides(ep, model.num_experts) and _divides(ep, dp)):
-                        continue
-                    for mb in c["micro_batch_size"] or ():
-                        if not _divides(mb, batch // dp):
-                            continue
-                        for vp in c["virtual_pipeline_stages"] or ():
-                            if vp > 1 and (pp == 1 or not _divides(pp * vp, model.num_layers)):
-                                continue
-                            rows.append((tp, pp, dp, cp, ep, mb, vp))
-    return np.array(rows, dtype=np.int64).reshape(-1, len(STRUCTURAL))
+    """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order),
+    by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`)."""
+    return mapping_rules.valid_mappings(num_devices, model, batch, candidates)
 
 
 def _mapping_tables(space: DesignSpace, top: Ctx) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.mapping import valid_mappings
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import network_model
@@ -50,28 +51,26 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     n = scenario.system.num_devices
     batch = scenario.workload.global_batch_size
     base = scenario.mapping
+    candidates = {
+        "tensor_parallel": _divisors(n), "pipeline_parallel": _divisors(n),
+        "context_parallel": _divisors(n), "data_parallel": None,
+        "virtual_pipeline_stages": range(1, model.num_layers + 1),
+        "expert_parallel": _divisors(n), "micro_batch_size": _divisors(batch),
+    }  # fmt: skip
+    order = ("tensor_parallel", "pipeline_parallel", "context_parallel",
+             "virtual_pipeline_stages", "expert_parallel", "micro_batch_size")  # fmt: skip
+    structural = valid_mappings(n, model, batch, candidates, order=order)
+    # Equivalent choices are enumerated once: with fused attention selective recompute
+    # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
+    recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
+    flags = (float(base.flash_attention), float(base.tp_comm_overlap),
+             float(base.overlap_grad_reduce))  # fmt: skip
     rows: list[tuple[float, ...]] = []
-    for tp, pp, cp in itertools.product(_divisors(n), repeat=3):
-        if n % (tp * pp * cp):
-            continue
-        dp = n // (tp * pp * cp)
-        if model.num_attention_heads % tp or model.num_kv_heads % tp:
-            continue
-        if pp > model.num_layers or model.seq_length % cp or batch % dp:
-            continue
-        vs = [v for v in range(1, model.num_layers // pp + 1)
-              if (v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0))]  # fmt: skip
-        eps = [e for e in _divisors(dp) if model.num_experts % e == 0]
-        for v, ep, mb in itertools.product(vs, eps, _divisors(batch // dp)):
-            # Equivalent choices are enumerated once: with fused attention selective recompute
-            # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
-            recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
-            zeros = range(4) if dp > 1 else (0,)
-            for sp in (False, True) if tp > 1 else (False,):
-                for rc, zero in itertools.product(recomputes, zeros):
-                    rows.append((tp, pp, dp, cp, ep, mb, v, float(sp), rc, zero,
-                                 float(base.flash_attention), float(base.tp_comm_overlap),
-                                 float(base.overlap_grad_reduce)))  # fmt: skip
+    for tp, pp, dp, cp, ep, mb, v in structural.tolist():
+        zeros = range(4) if dp > 1 else (0,)
+        for sp in (False, True) if tp > 1 else (False,):
+            for rc, zero in itertools.product(recomputes, zeros):
+                rows.append((tp, pp, dp, cp, ep, mb, v, float(sp), rc, zero, *flags))
     table = np.array(rows, dtype=float).reshape(-1, len(MAPPING_COLUMNS))
     return {name: table[:, i] for i, name in enumerate(MAPPING_COLUMNS)}
 

@@ -1,0 +1,142 @@
+"""The transformer mapping's validity rules, written once, and the generator of valid mappings.
+
+Each :class:`Rule` names the mapping key its message is about, the degrees it reads, a
+vectorised predicate over arrays of candidate mappings and the message of a violation. The
+scenario loader raises the first rule a mapping breaks; the design-space enumerator and
+best-mapping generate only mappings that break none (:func:`valid_mappings`), so the three
+agree by construction (tests/config/test_mapping_rules.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from deepflow.config.specs import TransformerSpec
+
+__all__ = ["RULES", "STRUCTURAL", "Rule", "first_violation", "valid_mappings"]
+
+I64 = NDArray[np.int64]
+
+#: Mapping degrees that must factorise the device count and fit the model (the order of the
+#: design spaces' mapping tables).
+STRUCTURAL = (
+    "tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel",
+    "expert_parallel", "micro_batch_size", "virtual_pipeline_stages",
+)  # fmt: skip
+
+
+class Rule(NamedTuple):
+    """One validity rule of a transformer mapping."""
+
+    key: str  #: the mapping key a violation is reported on
+    needs: tuple[str, ...]  #: the degrees the rule reads
+    ok: Callable[[Mapping[str, Any], TransformerSpec], Any]  #: True where valid (vectorised)
+    message: Callable[[Mapping[str, int], TransformerSpec], str]  #: for one violating mapping
+
+
+def _tp_message(v: Mapping[str, int], m: TransformerSpec) -> str:
+    return (f"({v['tensor_parallel']}) must divide the model's num_attention_heads "
+            f"({m.num_attention_heads}) and num_kv_heads ({m.num_kv_heads}).")  # fmt: skip
+
+
+def _chunks_message(v: Mapping[str, int], m: TransformerSpec) -> str:
+    pp, vp = v["pipeline_parallel"], v["virtual_pipeline_stages"]
+    return (f"pipeline_parallel {pp} × virtual_pipeline_stages {vp} = {pp * vp} must divide "
+            f"num_layers ({m.num_layers}).")  # fmt: skip
+
+
+#: The rules, in the order the loader reports them.
+RULES: tuple[Rule, ...] = (
+    Rule("tensor_parallel", ("tensor_parallel",),
+         lambda v, m: (m.num_attention_heads % v["tensor_parallel"] == 0)
+         & (m.num_kv_heads % v["tensor_parallel"] == 0), _tp_message),
+    Rule("pipeline_parallel", ("pipeline_parallel",),
+         lambda v, m: v["pipeline_parallel"] <= m.num_layers,
+         lambda v, m: f"({v['pipeline_parallel']}) must be <= the model's num_layers "
+                      f"({m.num_layers})."),
+    Rule("virtual_pipeline_stages", ("pipeline_parallel", "virtual_pipeline_stages"),
+         lambda v, m: (v["virtual_pipeline_stages"] == 1) | (v["pipeline_parallel"] > 1),
+         lambda v, m: f"({v['virtual_pipeline_stages']}) > 1 needs pipeline_parallel > 1."),
+    Rule("virtual_pipeline_stages", ("pipeline_parallel", "virtual_pipeline_stages"),
+         lambda v, m: (v["virtual_pipeline_stages"] == 1)
+         | (m.num_layers % (v["pipeline_parallel"] * v["virtual_pipeline_stages"]) == 0),
+         _chunks_message),
+    Rule("context_parallel", ("context_parallel",),
+         lambda v, m: m.seq_length % v["context_parallel"] == 0,
+         lambda v, m: f"({v['context_parallel']}) must divide the model's seq_length "
+                      f"({m.seq_length})."),
+    Rule("expert_parallel", ("expert_parallel",),
+         lambda v, m: (v["expert_parallel"] == 1) | (m.num_experts % v["expert_parallel"] == 0),
+         lambda v, m: f"({v['expert_parallel']}) must divide the model's num_experts "
+                      f"({m.num_experts})."),
+    Rule("expert_parallel", ("expert_parallel", "data_parallel"),
+         lambda v, m: (v["expert_parallel"] == 1)
+         | (v["data_parallel"] % v["expert_parallel"] == 0),
+         lambda v, m: f"({v['expert_parallel']}) must divide data_parallel "
+                      f"({v['data_parallel']}): experts are sharded across data-parallel ranks."),
+)  # fmt: skip
+
+
+def first_violation(values: Mapping[str, int], model: TransformerSpec) -> tuple[str, str] | None:
+    """The (key, message) of the first rule one mapping breaks, or None."""
+    for rule in RULES:
+        if not bool(rule.ok(values, model)):
+            return rule.key, rule.message(values, model)
+    return None
+
+
+def valid_mappings(
+    num_devices: int, model: TransformerSpec, batch: int,
+    candidates: Mapping[str, Sequence[int] | None],
+    order: Sequence[str] = ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                            "expert_parallel", "micro_batch_size", "virtual_pipeline_stages"),
+) -> I64:  # fmt: skip
+    """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order).
+
+    Valid: tensor × pipeline × context × data parallel = devices, the global batch divides
+    into data parallel × micro-batch, and no rule of :data:`RULES` is broken. ``candidates``
+    gives each degree's allowed values; ``data_parallel`` None means derived from the others.
+    Rows come in the lexicographic order of ``order`` (the six degrees other than data
+    parallel; tensor, pipeline and context parallel first), each in its candidates' order.
+    """
+    cols: dict[str, I64] = {"__": np.zeros(1, dtype=np.int64)}
+    applied: set[int] = set()
+    for degree in order:
+        values = np.asarray(candidates[degree] or (), dtype=np.int64)
+        n_rows = len(next(iter(cols.values())))
+        cols = {k: np.repeat(v, len(values)) for k, v in cols.items()}
+        cols[degree] = np.tile(values, n_rows)
+        if "data_parallel" not in cols and all(
+            d in cols for d in ("tensor_parallel", "pipeline_parallel", "context_parallel")
+        ):
+            cols = _derive_data_parallel(cols, num_devices, batch, candidates["data_parallel"])
+        if "micro_batch_size" in cols and "data_parallel" in cols:
+            dp = np.maximum(cols["data_parallel"], 1)
+            cols = _keep(cols, (batch // dp) % cols["micro_batch_size"] == 0)
+        for i, rule in enumerate(RULES):
+            if i not in applied and all(d in cols for d in rule.needs):
+                applied.add(i)
+                cols = _keep(cols, np.asarray(rule.ok(cols, model), dtype=bool))
+    return np.stack([cols[d] for d in STRUCTURAL], axis=1).reshape(-1, len(STRUCTURAL))
+
+
+def _keep(cols: dict[str, I64], mask: NDArray[np.bool_]) -> dict[str, I64]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def _derive_data_parallel(cols: dict[str, I64], num_devices: int, batch: int,
+                          allowed: Sequence[int] | None) -> dict[str, I64]:  # fmt: skip
+    """Data parallelism from the others (devices / (tp × pp × cp)), kept where allowed."""
+    inner = cols["tensor_parallel"] * cols["pipeline_parallel"] * cols["context_parallel"]
+    cols = _keep(cols, num_devices % inner == 0)
+    dp = num_devices // (cols["tensor_parallel"] * cols["pipeline_parallel"]
+                         * cols["context_parallel"])  # fmt: skip
+    cols["data_parallel"] = dp
+    keep = batch % dp == 0
+    if allowed is not None:
+        keep &= np.isin(dp, np.asarray(allowed, dtype=np.int64))
+    return _keep(cols, keep)

@@ -1,0 +1,56 @@
+"""The mapping rules exist once: the loader, the design-space enumerator and best-mapping
+apply the same rules (deepflow.config.mapping) to the same invalid mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from deepflow.config import load_scenario
+from deepflow.config.mapping import RULES, STRUCTURAL, first_violation
+from deepflow.datasets.space import valid_mappings
+from deepflow.errors import ConfigError
+from deepflow.oracle.best_mapping import enumerate_mappings
+from tests.conftest import REPO
+
+SCENARIO = REPO / "configs" / "scenarios" / "llama3-8b-h100.yaml"
+#: pipeline 2 × virtual stages 3 = 6 does not divide Llama-3-8B's 32 layers.
+INVALID = {"tensor_parallel": 1, "pipeline_parallel": 2, "data_parallel": 4,
+           "context_parallel": 1, "expert_parallel": 1, "micro_batch_size": 1,
+           "virtual_pipeline_stages": 3}  # fmt: skip
+MESSAGE = "pipeline_parallel 2 × virtual_pipeline_stages 3 = 6 must divide num_layers (32)."
+
+
+def test_one_rule_everywhere(write_yaml: Callable[..., Path]) -> None:
+    raw = yaml.safe_load(SCENARIO.read_text())
+    raw["mapping"].update({k: v for k, v in INVALID.items() if k != "expert_parallel"})
+    path = write_yaml(raw)
+    with pytest.raises(ConfigError) as err:  # the loader
+        load_scenario(path)
+    assert str(err.value) == f"{path}: mapping.virtual_pipeline_stages {MESSAGE}"
+    model = load_scenario(SCENARIO).workload.model
+    assert first_violation(INVALID, model) == ("virtual_pipeline_stages", MESSAGE)
+    # the design-space enumerator: only the interleave the rule admits survives
+    candidates = {d: (v,) for d, v in INVALID.items()} | {"virtual_pipeline_stages": (1, 3),
+                                                          "data_parallel": None}  # fmt: skip
+    table = valid_mappings(8, model, 64, candidates)  # type: ignore[arg-type]
+    assert table[:, STRUCTURAL.index("virtual_pipeline_stages")].tolist() == [1]
+    # best-mapping: every mapping it enumerates passes every rule; the invalid one is absent
+    columns = enumerate_mappings(load_scenario(SCENARIO))
+    rows = np.stack([columns[d] for d in STRUCTURAL], axis=1).astype(int)
+    assert not any(r.tolist() == list(INVALID.values()) for r in rows)
+    distinct = {tuple(r) for r in rows.tolist()}
+    assert all(first_violation(dict(zip(STRUCTURAL, r, strict=True)), model) is None  # type: ignore[arg-type]
+               for r in distinct)  # fmt: skip
+
+
+def test_rules_are_vectorised_predicates() -> None:
+    model = load_scenario(SCENARIO).workload.model
+    cols = {d: np.array([v, v]) for d, v in INVALID.items()}
+    cols["virtual_pipeline_stages"] = np.array([3, 4])  # 2 × 4 = 8 divides 32
+    oks = [np.asarray(rule.ok(cols, model)) for rule in RULES]  # type: ignore[arg-type]
+    assert np.logical_and.reduce(oks).tolist() == [False, True]
