@@ -158,16 +158,43 @@ def lstm_step(
         breakdown[f"{label}_pipeline_bubble"] = (len(stages) - 1) * (compute + comm)
         phase_end[phase] = (steps + len(stages) - 1) * (compute + comm)
 
-    # Gradient reduction, overlapped with the rest of backward. A block's weight gradient is
-    # complete after its timestep-0 backward. In the reversed wavefront the softmax stage
-    # finishes first and the embedding stage (stage 0) last: stage k finishes k slowest-stage
-    # times before the end of the backward pass.
-    bwd_stage = [sum(stage_time(s, "bwd")) for s in stages]
+    exposed, update_s = _gradient_sync(caps, net, mapping, blocks, stages,
+                                       [sum(stage_time(s, "bwd")) for s in stages],
+                                       phase_end["bwd"])  # fmt: skip
+    breakdown["gradient_sync_exposed"] = max(exposed, 0.0)
+    breakdown["weight_update"] = update_s
+    step = phase_end["fwd"] + phase_end["bwd"] + breakdown["gradient_sync_exposed"] + update_s
+
+    fwd_flops = _forward_flops(model, global_batch_size)
+    memory = _memory(model, mapping, blocks, stages, b, p)
+    return {
+        "step_time_s": step,
+        "breakdown_s": breakdown,
+        "model_flops_per_step": 3.0 * fwd_flops,
+        "memory_per_device_B": memory,
+        "tokens_per_step": float(global_batch_size * steps),
+        "samples_per_step": float(global_batch_size),
+    }
+
+
+def _gradient_sync(caps: DeviceCaps, net: NetworkModel, mapping: MappingSpec,
+                   blocks: dict[str, _Block], stages: list[list[str]], bwd_stage: list[float],
+                   bwd_end: float) -> tuple[float, float]:  # fmt: skip
+    """Exposed gradient reduction and the weight update, seconds.
+
+    Gradient reduction is overlapped with the rest of backward. A block's weight gradient is
+    complete after its timestep-0 backward. In the reversed wavefront the softmax stage
+    finishes first and the embedding stage (stage 0) last: stage k finishes k slowest-stage
+    times before the end of the backward pass.
+    """
+    p = caps.bytes_per_element
+    dp = mapping.data_parallel
+    layout = group_layout(mapping)
     slowest_bwd = max(bwd_stage)
     exposed = 0.0
     update_s = 0.0
     for k, names in enumerate(stages):
-        finish = phase_end["bwd"] - k * slowest_bwd  # stage k's last backward timestep ends
+        finish = bwd_end - k * slowest_bwd  # stage k's last backward timestep ends
         net_free = 0.0
         clock = finish - bwd_stage[k]  # the stage's final timestep starts here
         params = 0.0
@@ -191,28 +218,32 @@ def lstm_step(
                 )
             net_free = max(net_free, clock) + reduce_s
         if net_free > clock:  # some reduction is still running after the stage's backward
-            exposed = max(exposed, net_free - phase_end["bwd"])
+            exposed = max(exposed, net_free - bwd_end)
         update_s = max(
             update_s,
             float(memory_op_time_s(caps, _SGD_ELEMENT_PASSES * params * p, 5 * params, launches=2)),
         )
-    breakdown["gradient_sync_exposed"] = max(exposed, 0.0)
-    breakdown["weight_update"] = update_s
-    step = phase_end["fwd"] + phase_end["bwd"] + breakdown["gradient_sync_exposed"] + update_s
+    return exposed, update_s
 
-    # Model FLOPs (whole system, no recompute): per timestep cell 2·b·2D·GD per layer and
-    # softmax 2·b·D·V forward; backward twice the forward.
+
+def _forward_flops(model: LstmSpec, global_batch_size: int) -> float:
+    """Model FLOPs of the forward pass (whole system, no recompute): per timestep the cell
+    2·b·2D·GD per layer and the softmax 2·b·D·V; backward is twice the forward."""
     d_h = model.hidden_size
     out_dim = model.projection_size or d_h
-    fwd_flops = (
-        steps
+    return float(
+        model.seq_length
         * global_batch_size
         * (model.num_layers * 2 * 2 * d_h * model.num_gates * d_h + 2 * out_dim * model.vocab_size)
     )
-    # Memory per device: local weights and gradients of the largest stage, plus activations
-    # kept for backpropagation through time (gates, c, h per layer-timestep; probabilities
-    # for the softmax; embeddings).
-    tp = mapping.tensor_parallel
+
+
+def _memory(model: LstmSpec, mapping: MappingSpec, blocks: dict[str, _Block],
+            stages: list[list[str]], b: int, p: float) -> float:  # fmt: skip
+    """Memory per device: local weights and gradients of the largest stage, plus activations
+    kept for backpropagation through time (gates, c, h per layer-timestep; probabilities for
+    the softmax; embeddings)."""
+    steps, d_h, tp = model.seq_length, model.hidden_size, mapping.tensor_parallel
     memory = 0.0
     for names in stages:
         params = sum(blocks[n].params_local for n in names)
@@ -228,11 +259,4 @@ def lstm_step(
             )
         )
         memory = max(memory, (2 * params + acts) * p)
-    return {
-        "step_time_s": step,
-        "breakdown_s": breakdown,
-        "model_flops_per_step": 3.0 * fwd_flops,
-        "memory_per_device_B": memory,
-        "tokens_per_step": float(global_batch_size * steps),
-        "samples_per_step": float(global_batch_size),
-    }
+    return memory
