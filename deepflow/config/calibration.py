@@ -9,6 +9,7 @@ under a folder of ``DEEPFLOW_CONFIG_PATH`` first, else the built-in ``configs/ca
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -33,7 +34,15 @@ CALIBRATION_FILES = ("frameworks", "kernels", "network")
 
 
 def calibration_path(name: str) -> Path:
-    """The calibration file ``name`` in use: under ``DEEPFLOW_CONFIG_PATH`` first, else built-in."""
+    """The calibration file ``name`` in use: under ``DEEPFLOW_CONFIG_PATH`` first, else built-in.
+
+    Looked up once per value of ``DEEPFLOW_CONFIG_PATH`` (an evaluation asks on its hot path).
+    """
+    return _calibration_path(name, os.environ.get("DEEPFLOW_CONFIG_PATH", ""))
+
+
+@cache
+def _calibration_path(name: str, config_path: str) -> Path:
     found = preset_path("calibration", name)
     return found if found is not None else builtin_config_dir() / "calibration" / f"{name}.yaml"
 

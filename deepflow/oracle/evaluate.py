@@ -73,6 +73,10 @@ def average_power_W(peak_power_W: Any, idle_fraction: float,
     Scalars or equal-length arrays.
     """
     busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)
+    if isinstance(step_time_s, float) and isinstance(peak_power_W, float):  # one evaluation
+        share_one = min(busy / step_time_s, 1.0) if step_time_s > 0 else 0.0  # same IEEE ops
+        idle_one = idle_fraction * peak_power_W
+        return float(idle_one + (peak_power_W - idle_one) * share_one)
     step = np.asarray(step_time_s, dtype=float)
     share = np.where(step > 0, np.minimum(busy / np.where(step > 0, step, 1.0), 1.0), 0.0)
     idle = idle_fraction * peak_power_W

@@ -117,9 +117,9 @@ def compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
     layer = lay.layer_times(i, o, gemms, attn, lay.elementwise(i, o), tp,
                             lay.context_comm(i, o, attn), lay.expert_comm(i, o))  # fmt: skip
     params = dpm.stage_params(i, o)
-    rate = framework_calibration().deepspeed_zero3_2021_rate_Bps
     breakdown = pipeline_breakdown(i, o, layer, tp)
-    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, rate)
+    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer,
+                                                             framework_calibration)  # fmt: skip
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     return {
