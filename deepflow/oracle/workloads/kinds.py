@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -100,51 +101,60 @@ def _by_rows(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F],
     )  # fmt: skip
 
 
-class GemmWorkload(Workload):
+class _CaseByCase(Workload):
+    """A CrossFlow kind: a scalar step model over its model's integer fields, run case by case."""
+
+    #: the model spec's fields that are input columns
+    fields: ClassVar[tuple[str, ...]]
+    #: whether the global batch is an input column
+    batched: ClassVar[bool] = False
+
+    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
+        model = workload.model
+        assert isinstance(model, self.spec_class)
+        cols = {f: float(getattr(model, f)) for f in self.fields}
+        if self.batched:
+            cols["global_batch_size"] = float(workload.global_batch_size)
+        return cols | _mapping_columns(mapping)
+
+    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
+            shape: dict[str, Any] = {f: int(row[f]) for f in self.fields}
+            model = self.spec_class(name="", kind=self.kind, **shape)
+            return self.step_spec(c, nt, model, _mapping_of(row), row)
+
+        return _by_rows(caps, net, x, one)
+
+    @abstractmethod
+    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
+                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+        """One case's step (the kind's scalar model)."""
+
+
+class GemmWorkload(_CaseByCase):
     """One GEMM, split over devices as CrossFlow's kernel parallelism (:mod:`.gemm`)."""
 
     kind = "gemm"
     spec_class = GemmSpec
+    fields = ("m", "k", "n")
 
-    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
-        model = workload.model
-        assert isinstance(model, GemmSpec)
-        return {"m": float(model.m), "k": float(model.k), "n": float(model.n),
-                **_mapping_columns(mapping)}  # fmt: skip
-
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
-        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
-            model = GemmSpec(name="", kind="gemm", m=int(row["m"]), k=int(row["k"]),
-                             n=int(row["n"]))  # fmt: skip
-            return gemm_step(c, nt, model, _mapping_of(row))
-
-        return _by_rows(caps, net, x, one)
+    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
+                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+        return gemm_step(caps, net, model, mapping)
 
 
-_LSTM_FIELDS = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
-                "num_gates")  # fmt: skip
-
-
-class LstmWorkload(Workload):
+class LstmWorkload(_CaseByCase):
     """The DeepFlow paper's LSTM language model (:mod:`.lstm`)."""
 
     kind = "lstm"
     spec_class = LstmSpec
+    fields = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
+              "num_gates")  # fmt: skip
+    batched = True
 
-    def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
-        model = workload.model
-        assert isinstance(model, LstmSpec)
-        return {**{f: float(getattr(model, f)) for f in _LSTM_FIELDS},
-                "global_batch_size": float(workload.global_batch_size),
-                **_mapping_columns(mapping)}  # fmt: skip
-
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
-        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
-            shape: dict[str, Any] = {f: int(row[f]) for f in _LSTM_FIELDS}
-            model = LstmSpec(name="", kind="lstm", **shape)
-            return lstm_step(c, nt, model, _mapping_of(row), int(row["global_batch_size"]))
-
-        return _by_rows(caps, net, x, one)
+    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
+                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+        return lstm_step(caps, net, model, mapping, int(row["global_batch_size"]))
 
 
 for _kind in (TransformerWorkload(), GemmWorkload(), LstmWorkload()):
