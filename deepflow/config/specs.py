@@ -7,6 +7,7 @@ Units are converted once, here, at load time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -376,6 +377,12 @@ class PerimeterBudgetSpec:
     dram: float = key("dram", ge=0, le=1)
     scale_up: float = key("scale_up", ge=0, le=1, default=0.0)
     scale_out: float = key("scale_out", ge=0, le=1, default=0.0)
+
+
+#: The parts of each design budget, in declaration order (the only list of them).
+AREA_PARTS = tuple(f.name for f in dataclasses.fields(AreaBudgetSpec))
+POWER_PARTS = tuple(f.name for f in dataclasses.fields(PowerBudgetSpec))
+PERIMETER_PARTS = tuple(f.name for f in dataclasses.fields(PerimeterBudgetSpec))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,9 +38,12 @@ from deepflow.config import mapping as mapping_rules
 from deepflow.config._schema import Ctx, check_choice, check_keys, describe_value, suggest
 from deepflow.config.loader import load_technology_ref, preset_file, preset_path
 from deepflow.config.specs import (
-    RECOMPUTE_MODES,
+    AREA_PARTS,
+    PERIMETER_PARTS,
+    POWER_PARTS,
     WORKLOAD_PRECISIONS,
     DesignDeviceSpec,
+    MappingSpec,
     ModelSpec,
     NetworkSpec,
     Scenario,
@@ -75,9 +78,6 @@ MAX_VALIDITY_KEYS = 100_000
 #: Mapping degrees that must factorise the device count and fit the model: drawn jointly,
 #: uniformly over the valid combinations (the order of the mapping table's columns).
 STRUCTURAL = mapping_rules.STRUCTURAL
-AREA_PARTS = ("core", "l2", "l1", "register_file", "memory_controller", "scale_up", "scale_out")
-POWER_PARTS = ("core", "dram", "l2", "l1", "register_file", "scale_up", "scale_out")
-PERIMETER_PARTS = ("dram", "scale_up", "scale_out")
 #: A simplex part that takes a share but sets nothing (uncore area, unused power or edge).
 OTHER = "other"
 SIMPLEXES = {"area_split": AREA_PARTS, "power_split": POWER_PARTS,
@@ -117,6 +117,20 @@ class _Domain:
         return " ".join([noun, " and ".join(bounds)]).strip()
 
 
+#: The mapping keys a space may vary (the design-space labeller passes exactly these on).
+MAPPING_KNOBS = (*STRUCTURAL, "sequence_parallel", "flash_attention", "tp_comm_overlap",
+                 "overlap_grad_reduce", "activation_recompute", "zero_stage")  # fmt: skip
+_KIND_OF_TYPE = {"int": "int", "bool": "bool", "str": "choice"}
+
+
+def _mapping_domain(name: str) -> _Domain:
+    """A mapping knob's domain from its ``MappingSpec`` declaration (type, range, choices)."""
+    field = next(f for f in dataclasses.fields(MappingSpec) if f.name == name)
+    meta = field.metadata
+    return _Domain(_KIND_OF_TYPE[str(field.type)], "mapping", gt=meta["gt"], ge=meta["ge"],
+                   le=meta["le"], choices=tuple(meta["choices"] or ()))  # fmt: skip
+
+
 def _domains() -> dict[str, _Domain]:
     d: dict[str, _Domain] = {
         "device": _Domain("preset", "system", preset="devices"),
@@ -127,12 +141,8 @@ def _domains() -> dict[str, _Domain]:
         "global_batch_size": _Domain("int", "workload", ge=1),
         "precision": _Domain("choice", "workload", choices=WORKLOAD_PRECISIONS),
     }
-    for name in STRUCTURAL:
-        d[name] = _Domain("int", "mapping", ge=1)
-    for name in ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce"):
-        d[name] = _Domain("bool", "mapping")
-    d["activation_recompute"] = _Domain("choice", "mapping", choices=RECOMPUTE_MODES)
-    d["zero_stage"] = _Domain("int", "mapping", ge=0, le=3)
+    for name in MAPPING_KNOBS:
+        d[name] = _mapping_domain(name)
     for name in TECH_VARIABLES:
         d[name] = _Domain("tech", "design", preset="technologies")
     for name in ("die_area_mm2", "package_area_mm2", "tdp_W"):

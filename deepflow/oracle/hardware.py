@@ -20,7 +20,10 @@ from numpy.typing import NDArray
 
 from deepflow.config.calibration import kernel_calibration
 from deepflow.config.specs import (
+    AREA_PARTS,
     PEAK_PRECISIONS,
+    PERIMETER_PARTS,
+    POWER_PARTS,
     DesignDeviceSpec,
     DeviceSpec,
     LinkTechSpec,
@@ -100,9 +103,6 @@ _CORE_FIELDS = (
     "defect_density_per_cm2",
     "yield_alpha",
 )
-_AREA_PARTS = ("core", "l2", "l1", "register_file", "memory_controller", "scale_up", "scale_out")
-_POWER_PARTS = ("core", "dram", "l2", "l1", "register_file", "scale_up", "scale_out")
-_PERIMETER_PARTS = ("dram", "scale_up", "scale_out")
 
 #: Input columns of :func:`derive` (SI units, one array each).
 DESIGN_COLUMNS: tuple[str, ...] = (
@@ -115,9 +115,9 @@ DESIGN_COLUMNS: tuple[str, ...] = (
     "die_area_mm2",
     "package_area_mm2",
     "tdp_W",
-    *(f"area_{p}_mm2" for p in _AREA_PARTS),
-    *(f"power_{p}_W" for p in _POWER_PARTS),
-    *(f"perimeter_{p}" for p in _PERIMETER_PARTS),
+    *(f"area_{p}_mm2" for p in AREA_PARTS),
+    *(f"power_{p}_W" for p in POWER_PARTS),
+    *(f"perimeter_{p}" for p in PERIMETER_PARTS),
 )
 
 # A link class a design does not have: zero wires, zero power, finite placeholders (no NaN).
@@ -153,11 +153,11 @@ def _design_row(spec: DesignDeviceSpec) -> dict[str, float]:
     row["die_area_mm2"] = spec.die_area_mm2
     row["package_area_mm2"] = spec.package_area_mm2
     row["tdp_W"] = spec.tdp_W
-    for p in _AREA_PARTS:
+    for p in AREA_PARTS:
         row[f"area_{p}_mm2"] = float(getattr(spec.area_mm2, p))
-    for p in _POWER_PARTS:
+    for p in POWER_PARTS:
         row[f"power_{p}_W"] = float(getattr(spec.power_W, p))
-    for p in _PERIMETER_PARTS:
+    for p in PERIMETER_PARTS:
         row[f"perimeter_{p}"] = float(getattr(spec.perimeter_fraction, p))
     return row
 
@@ -327,8 +327,8 @@ def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
 def _budgets_and_cost(t: Mapping[str, F], out: Mapping[str, F], die: F,
                       perimeter: F) -> dict[str, F]:  # fmt: skip
     """Area, power, cost and the constraint columns (≤ 0 feasible) of derived parts ``out``."""
-    die_budget = _total(t[f"area_{p}_mm2"] for p in _AREA_PARTS)
-    power_budget = _total(t[f"power_{p}_W"] for p in _POWER_PARTS)
+    die_budget = _total(t[f"area_{p}_mm2"] for p in AREA_PARTS)
+    power_budget = _total(t[f"power_{p}_W"] for p in POWER_PARTS)
     sram_power = sum(out[f"{lvl}_power_W"] for lvl in SRAM_LEVELS)
     used_power = (
         out["core_power_W"] + out["dram_power_W"] + sram_power
@@ -346,7 +346,7 @@ def _budgets_and_cost(t: Mapping[str, F], out: Mapping[str, F], die: F,
         "perimeter_mm": perimeter,
         "area_excess_mm2": np.maximum(die_budget - die, package - t["package_area_mm2"]),
         "power_excess_W": power_budget - t["tdp_W"],
-        "perimeter_excess": _total(t[f"perimeter_{p}"] for p in _PERIMETER_PARTS) - 1.0,
+        "perimeter_excess": _total(t[f"perimeter_{p}"] for p in PERIMETER_PARTS) - 1.0,
         "reticle_excess_mm2": die - RETICLE_LIMIT_mm2,
     }
     res["feasible"] = (
