@@ -30,16 +30,13 @@ import yaml
 from scipy.optimize import minimize
 
 from deepflow.config import NetworkSpec, load_network
-from deepflow.data import load_measurements
-from deepflow.oracle.network import (
-    PROTOCOLS,
+from deepflow.config.calibration import (
     LinkCalibration,
-    NetworkModel,
-    _network_calibration,
-    bus_bandwidth_Bps,
-    collective_time_s,
+    clear_calibration_caches,
     network_calibration,
 )
+from deepflow.data import load_measurements
+from deepflow.oracle.network import PROTOCOLS, NetworkModel, bus_bandwidth_Bps, collective_time_s
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "configs" / "calibration" / "network.yaml"
 ACCEPT_MIN_B = 2**20  # acceptance: cases of at least 1 MiB
@@ -294,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         data["link_classes"][fit.link_class] = body
     if args.write:
         write_yaml(data)
-        _network_calibration.cache_clear()
+        clear_calibration_caches()
         network_calibration()  # the rewritten file must load
         print(f"\nwrote {YAML_PATH}")
 

@@ -9,24 +9,32 @@ under a folder of ``DEEPFLOW_CONFIG_PATH`` first, else the built-in ``configs/ca
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-from deepflow.config._schema import Ctx, build, key, require_mapping
+from deepflow.config._schema import Ctx, build, check_keys, key, require_mapping
 from deepflow.config.loader import builtin_config_dir, preset_path, read_yaml
-from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS
+from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS, MiB, NetworkSpec
 
 __all__ = [
     "CALIBRATION_FILES",
     "FrameworkCalibration",
+    "InNetworkCalibration",
     "KernelCalibration",
+    "LinkCalibration",
+    "NetworkCalibration",
+    "ProtocolCalibration",
     "calibration_files",
     "calibration_path",
+    "clear_calibration_caches",
     "framework_calibration",
     "kernel_calibration",
+    "network_calibration",
 ]
 
 #: The calibration files the oracle reads (``calibration/<name>.yaml``).
@@ -133,3 +141,130 @@ def _framework_calibration(path: Path) -> FrameworkCalibration:
     ctx = Ctx(str(path))
     entry = require_mapping(raw.get("deepspeed_zero3_2021"), ctx.child("deepspeed_zero3_2021"))
     return build(FrameworkCalibration, entry, ctx.child("deepspeed_zero3_2021"))
+
+
+# ------------------------------------------------------------------- network link classes
+@dataclass(frozen=True, kw_only=True)
+class ProtocolCalibration:
+    """One protocol on one link class (``configs/calibration/network.yaml``)."""
+
+    efficiency: float = key("efficiency", ge=0, le=1, doc="achieved / raw link bandwidth")
+    step_latency_s: float = key(
+        "step_latency_us", scale=1e-6, ge=0, default=math.nan,
+        doc="per algorithm step; null = the network spec's latency_us",
+    )  # fmt: skip
+    min_wire_B: float = key("min_wire_MiB", scale=MiB, ge=0, default=0.0, doc="granularity floor")
+    fill_wire_B: float = key("fill_wire_MiB", scale=MiB, ge=0, default=0.0, doc="pipeline fill")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InNetworkCalibration:
+    """In-switch reduction (NVLS) on a switch link class; efficiency 0 = not available."""
+
+    efficiency: float = key("efficiency", ge=0, le=1, doc="achieved / raw link bandwidth")
+    latency_s: float = key("latency_us", scale=1e-6, ge=0, default=0.0, doc="per collective")
+    fill_wire_B: float = key("fill_wire_MiB", scale=MiB, ge=0, default=0.0, doc="pipeline fill")
+
+
+_PROTOCOL_OFF = ProtocolCalibration(efficiency=0.0)
+_IN_NETWORK_OFF = InNetworkCalibration(efficiency=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkCalibration:
+    """Efficiencies and latencies of one link class (NVLink3+NVSwitch, InfiniBand, ...)."""
+
+    name: str
+    description: str = key("description", default="")
+    launch_latency_s: float = key("launch_latency_us", scale=1e-6, ge=0, doc="per collective")
+    ll: ProtocolCalibration = key("ll", default=_PROTOCOL_OFF)
+    ll128: ProtocolCalibration = key("ll128", default=_PROTOCOL_OFF)
+    simple: ProtocolCalibration = key("simple")
+    in_network: InNetworkCalibration = key("in_network", default=_IN_NETWORK_OFF)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def protocols(self) -> tuple[ProtocolCalibration, ...]:
+        """The protocols in :data:`PROTOCOLS` order."""
+        return (self.ll, self.ll128, self.simple)
+
+    @classmethod
+    def from_mapping(cls, name: str, raw: object, ctx: Ctx | None = None) -> LinkCalibration:
+        """A link class from its YAML mapping (``provenance`` is kept as given).
+
+        Raises:
+            ConfigError: unknown keys, out-of-range values, a bulk efficiency of 0.
+        """
+        where = ctx if ctx is not None else Ctx("<link class>", name)
+        body = dict(require_mapping(raw, where))
+        provenance = body.pop("provenance", None) or {}
+        out = build(cls, body, where, extra={"name": name, "provenance": provenance})
+        if not out.simple.efficiency > 0:
+            raise where.child("simple.efficiency").error("must be > 0 (the bulk protocol).")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkCalibration:
+    """All link classes, and which class each network preset's two levels use."""
+
+    classes: Mapping[str, LinkCalibration]
+    networks: Mapping[str, tuple[str, str]]
+    default_class: str
+    path: str = ""
+
+    def classes_for(self, network: NetworkSpec) -> tuple[LinkCalibration, LinkCalibration]:
+        """(scale-up, scale-out) classes of a network; ``base+overrides`` uses the base's."""
+        base = network.name.split("+", 1)[0]
+        up, out = self.networks.get(base, (self.default_class, self.default_class))
+        return self.classes[up], self.classes[out]
+
+
+def network_calibration(path: str | None = None) -> NetworkCalibration:
+    """The link classes of ``configs/calibration/network.yaml`` (or ``path``), validated.
+
+    Raises:
+        ConfigError: unknown keys, out-of-range values, a network naming an unknown class.
+    """
+    return _network_calibration(Path(path) if path is not None else calibration_path("network"))
+
+
+def clear_calibration_caches() -> None:
+    """Forget every calibration file read and found (after rewriting one in this process)."""
+    for cached in (_calibration_path, _kernel_calibration, _framework_calibration,
+                   _network_calibration):  # fmt: skip
+        cached.cache_clear()
+
+
+@cache
+def _network_calibration(p: Path) -> NetworkCalibration:
+    raw = read_yaml(p, what="a calibration mapping with keys 'link_classes' and 'networks'")
+    ctx = Ctx(str(p))
+    check_keys(raw, ("link_classes", "networks", "default_class"), ctx)
+    raw_classes = require_mapping(raw.get("link_classes"), ctx.child("link_classes"))
+    classes: dict[str, LinkCalibration] = {}
+    for name, body in raw_classes.items():
+        cctx = ctx.child(f"link_classes.{name}")
+        classes[str(name)] = LinkCalibration.from_mapping(str(name), body, cctx)
+    default = raw.get("default_class", "generic")
+    if default not in classes:
+        raise ctx.child("default_class").error(
+            f"names unknown link class {default!r}; known: {', '.join(classes)}."
+        )
+    networks: dict[str, tuple[str, str]] = {}
+    for net_name, levels in require_mapping(raw.get("networks", {}), ctx.child("networks")).items():
+        nctx = ctx.child(f"networks.{net_name}")
+        lv = require_mapping(levels, nctx)
+        check_keys(lv, ("scale_up", "scale_out"), nctx)
+        pair = []
+        for level in ("scale_up", "scale_out"):
+            cls_name = lv.get(level, default)
+            if cls_name not in classes:
+                raise nctx.child(level).error(
+                    f"names unknown link class {cls_name!r}; known: {', '.join(classes)}."
+                )
+            pair.append(str(cls_name))
+        networks[str(net_name)] = (pair[0], pair[1])
+    return NetworkCalibration(
+        classes=classes, networks=networks, default_class=default, path=str(p)
+    )
