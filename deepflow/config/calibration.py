@@ -76,9 +76,12 @@ class KernelCalibration:
     warp_tile_n: float = key("warp_tile_n", ge=1, doc="B-operand reuse of one MMA issuer")
     cluster_size: float = key("cluster_size", ge=1, doc="CTAs sharing operand panels (multicast)")
     training_sustained_fraction: float = key(
-        "training_sustained_fraction", gt=0, le=1, default=1.0,
+        "training_sustained_fraction",
+        gt=0,
+        le=1,
+        default=1.0,
         doc="matrix throughput sustained in end-to-end training / microbenchmark",
-    )  # fmt: skip
+    )
     idle_power_fraction: float = key(
         "idle_power_fraction", ge=0, le=1, default=0.09, doc="power at idle / TDP (energy model)"
     )
@@ -115,9 +118,11 @@ def _kernel_calibration(path: Path, family: str) -> KernelCalibration:
             f"has no entry for device family {family!r} (known: {', '.join(DEVICE_FAMILIES)})."
         )
     return build(
-        KernelCalibration, families[family], ctx.child(f"families.{family}"),
+        KernelCalibration,
+        families[family],
+        ctx.child(f"families.{family}"),
         extra={"family": family},
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,9 +130,11 @@ class FrameworkCalibration:
     """Framework costs the links do not set (``configs/calibration/frameworks.yaml``)."""
 
     deepspeed_zero3_2021_rate_Bps: float = key(
-        "collective_rate_GBps", scale=1e9, gt=0,
+        "collective_rate_GBps",
+        scale=1e9,
+        gt=0,
         doc="bytes per second per GPU of DeepSpeed's 2021 per-parameter ZeRO-3 collectives",
-    )  # fmt: skip
+    )
 
 
 def framework_calibration() -> FrameworkCalibration:
@@ -150,9 +157,12 @@ class ProtocolCalibration:
 
     efficiency: float = key("efficiency", ge=0, le=1, doc="achieved / raw link bandwidth")
     step_latency_s: float = key(
-        "step_latency_us", scale=1e-6, ge=0, default=math.nan,
+        "step_latency_us",
+        scale=1e-6,
+        ge=0,
+        default=math.nan,
         doc="per algorithm step; null = the network spec's latency_us",
-    )  # fmt: skip
+    )
     min_wire_B: float = key("min_wire_MiB", scale=MiB, ge=0, default=0.0, doc="granularity floor")
     fill_wire_B: float = key("fill_wire_MiB", scale=MiB, ge=0, default=0.0, doc="pipeline fill")
 
@@ -231,8 +241,12 @@ def network_calibration(path: str | None = None) -> NetworkCalibration:
 
 def clear_calibration_caches() -> None:
     """Forget every calibration file read and found (after rewriting one in this process)."""
-    for cached in (_calibration_path, _kernel_calibration, _framework_calibration,
-                   _network_calibration):  # fmt: skip
+    for cached in (
+        _calibration_path,
+        _kernel_calibration,
+        _framework_calibration,
+        _network_calibration,
+    ):
         cached.cache_clear()
 
 

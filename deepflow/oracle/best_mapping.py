@@ -52,19 +52,31 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     batch = scenario.workload.global_batch_size
     base = scenario.mapping
     candidates = {
-        "tensor_parallel": _divisors(n), "pipeline_parallel": _divisors(n),
-        "context_parallel": _divisors(n), "data_parallel": None,
+        "tensor_parallel": _divisors(n),
+        "pipeline_parallel": _divisors(n),
+        "context_parallel": _divisors(n),
+        "data_parallel": None,
         "virtual_pipeline_stages": range(1, model.num_layers + 1),
-        "expert_parallel": _divisors(n), "micro_batch_size": _divisors(batch),
-    }  # fmt: skip
-    order = ("tensor_parallel", "pipeline_parallel", "context_parallel",
-             "virtual_pipeline_stages", "expert_parallel", "micro_batch_size")  # fmt: skip
+        "expert_parallel": _divisors(n),
+        "micro_batch_size": _divisors(batch),
+    }
+    order = (
+        "tensor_parallel",
+        "pipeline_parallel",
+        "context_parallel",
+        "virtual_pipeline_stages",
+        "expert_parallel",
+        "micro_batch_size",
+    )
     structural = valid_mappings(n, model, batch, candidates, order=order)
     # Equivalent choices are enumerated once: with fused attention selective recompute
     # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
     recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
-    flags = (float(base.flash_attention), float(base.tp_comm_overlap),
-             float(base.overlap_grad_reduce))  # fmt: skip
+    flags = (
+        float(base.flash_attention),
+        float(base.tp_comm_overlap),
+        float(base.overlap_grad_reduce),
+    )
     rows: list[tuple[float, ...]] = []
     for tp, pp, dp, cp, ep, mb, v in structural.tolist():
         zeros = range(4) if dp > 1 else (0,)
@@ -110,11 +122,13 @@ def best_mappings(scenario: Scenario, *, top: int = 10) -> dict[str, Any]:
             "activation_recompute": _RECOMPUTE_NAMES[int(x["recompute"][i])],
             "zero_stage": int(x["zero_stage"][i]),
         }
-        out.append({
-            "mapping": mapping,
-            "step_time_s": float(step[i]),
-            "mfu": float(result["model_flops_per_step"][i] / (step[i] * peak)),
-            "memory_per_device_B": float(memory[i]),
-            "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
-        })  # fmt: skip
+        out.append(
+            {
+                "mapping": mapping,
+                "step_time_s": float(step[i]),
+                "mfu": float(result["model_flops_per_step"][i] / (step[i] * peak)),
+                "memory_per_device_B": float(memory[i]),
+                "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
+            }
+        )
     return {"num_valid": count, "num_feasible": int(feasible.sum()), "mappings": out}

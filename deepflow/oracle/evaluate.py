@@ -36,8 +36,9 @@ __all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
 F = NDArray[np.float64]
 
 
-def network_model(scenario: Scenario, scale_up_Bps: float = 0.0,
-                  scale_out_Bps: float = 0.0) -> NetworkModel:  # fmt: skip
+def network_model(
+    scenario: Scenario, scale_up_Bps: float = 0.0, scale_out_Bps: float = 0.0
+) -> NetworkModel:
     """The scenario's network; a design-mode device's own link bandwidths override the preset's."""
     return _network_model(
         scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps
@@ -58,12 +59,22 @@ def _network_model(
 
 #: Breakdown components during which the device's matrix units and memory are busy; the rest
 #: (exposed communication, pipeline bubbles) leaves the device waiting near idle power.
-_BUSY = ("compute", "gemm", "attention", "elementwise", "recompute", "optimizer",
-         "weight_update", "forward_compute", "backward_compute")  # fmt: skip
+_BUSY = (
+    "compute",
+    "gemm",
+    "attention",
+    "elementwise",
+    "recompute",
+    "optimizer",
+    "weight_update",
+    "forward_compute",
+    "backward_compute",
+)
 
 
-def average_power_W(peak_power_W: Any, idle_fraction: float,
-                    breakdown_s: Mapping[str, Any], step_time_s: Any) -> Any:  # fmt: skip
+def average_power_W(
+    peak_power_W: Any, idle_fraction: float, breakdown_s: Mapping[str, Any], step_time_s: Any
+) -> Any:
     """Average device power over a step by activity.
 
     P = P_idle + (P_peak − P_idle) × busy / step, with P_peak the TDP (spec mode) or the
@@ -134,8 +145,15 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _outputs(result: StepResult, caps: DeviceCaps, peak_power_W: Any, devices: int, *,
-             peak_flops: Any = None, capacity_B: Any = None) -> dict[str, Any]:  # fmt: skip
+def _outputs(
+    result: StepResult,
+    caps: DeviceCaps,
+    peak_power_W: Any,
+    devices: int,
+    *,
+    peak_flops: Any = None,
+    capacity_B: Any = None,
+) -> dict[str, Any]:
     """The result columns every evaluation derives from a step (floats or arrays of n);
     ``peak_flops`` and ``capacity_B`` default to the device's."""
     step = result.step_time_s
@@ -163,8 +181,10 @@ def _design_caps(
 ) -> tuple[DeviceCaps, dict[str, F]]:
     """Capabilities of n variants of a design-mode device (DESIGN_COLUMNS overridden)."""
     base = design_table([device])
-    table = {c: np.broadcast_to(np.asarray(overrides.get(c, base[c]), dtype=float), (n,))
-             for c in DESIGN_COLUMNS}  # fmt: skip
+    table = {
+        c: np.broadcast_to(np.asarray(overrides.get(c, base[c]), dtype=float), (n,))
+        for c in DESIGN_COLUMNS
+    }
     d = derive(table)
     scalar = device_caps(device, precision)  # calibration and precision constants
     return replace(scalar, **derived_caps_fields(d, precision)), d
@@ -199,8 +219,10 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
     if unknown:
         raise ConfigError(f"evaluate_table: unknown columns {', '.join(unknown)}.")
     n = max({np.size(v) for v in columns.values()} or {1})
-    x = {k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,)) for k, v in
-         base.items()}  # fmt: skip
+    x = {
+        k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,))
+        for k, v in base.items()
+    }
     caps, net, derived = _table_system(scenario, columns, n)
     if derived:
         peak_power, area = derived["power_W"], derived["die_area_mm2"]
@@ -209,14 +231,24 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
         assert not isinstance(device, DesignDeviceSpec)
         peak_power, area = np.full(n, device.tdp_W), np.full(n, device.die_area_mm2)
     result = kind.step(caps, net, x)
-    out = _outputs(result, caps, peak_power, scenario.system.num_devices,
-                   peak_flops=_per_case(caps.peak_flops, n),
-                   capacity_B=_per_case(caps.hbm_capacity_B, n))  # fmt: skip
+    out = _outputs(
+        result,
+        caps,
+        peak_power,
+        scenario.system.num_devices,
+        peak_flops=_per_case(caps.peak_flops, n),
+        capacity_B=_per_case(caps.hbm_capacity_B, n),
+    )
     out.pop("average_power_W")
     feasible = out["memory_per_device_B"] <= out["memory_capacity_B"]
-    out.update({"peak_flops": _per_case(caps.peak_flops, n),
-                "hbm_bandwidth_Bps": _per_case(caps.hbm_bandwidth_Bps, n),
-                "area_mm2": area, "power_W": peak_power})  # fmt: skip
+    out.update(
+        {
+            "peak_flops": _per_case(caps.peak_flops, n),
+            "hbm_bandwidth_Bps": _per_case(caps.hbm_bandwidth_Bps, n),
+            "area_mm2": area,
+            "power_W": peak_power,
+        }
+    )
     order = (
         "step_time_s",
         "tokens_per_s",
@@ -237,8 +269,14 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
     for name, value in result.breakdown_s.items():
         out_cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
     if derived:
-        for name in ("die_cost_usd", "device_cost_usd", "area_excess_mm2", "power_excess_W",
-                     "perimeter_excess", "reticle_excess_mm2"):  # fmt: skip
+        for name in (
+            "die_cost_usd",
+            "device_cost_usd",
+            "area_excess_mm2",
+            "power_excess_W",
+            "perimeter_excess",
+            "reticle_excess_mm2",
+        ):
             out_cols[name] = derived[name]
         feasible = feasible & (derived["feasible"] > 0)
     out_cols["feasible"] = np.asarray(feasible).astype(bool)
@@ -254,8 +292,9 @@ def _per_case(value: Any, n: int) -> F:
     return np.broadcast_to(np.asarray(value, dtype=float), (n,))
 
 
-def _table_system(scenario: Scenario, columns: Mapping[str, Any],
-                  n: int) -> tuple[DeviceCaps, NetworkModel, dict[str, F]]:  # fmt: skip
+def _table_system(
+    scenario: Scenario, columns: Mapping[str, Any], n: int
+) -> tuple[DeviceCaps, NetworkModel, dict[str, F]]:
     """The device (n design variants, or one spec device) and network of a table."""
     device, precision = scenario.system.device, scenario.workload.precision
     net = network_model(scenario)

@@ -277,12 +277,21 @@ def _core(t: Mapping[str, F]) -> dict[str, F]:
     sms = _floor(mcus / t["core_mcus_per_sm"])
     nominal = t["core_mcu_nominal_power_W"] * mcus
     v, clock, p_core = operating_point(
-        t["power_core_W"], nominal, t["core_nominal_freq_Hz"], t["core_nominal_voltage_V"],
-        t["core_threshold_voltage_V"], t["core_margin_voltage_V"],
-    )  # fmt: skip
+        t["power_core_W"],
+        nominal,
+        t["core_nominal_freq_Hz"],
+        t["core_nominal_voltage_V"],
+        t["core_threshold_voltage_V"],
+        t["core_margin_voltage_V"],
+    )
     peak16 = t["core_mcu_flops_per_cycle"] * mcus * clock
-    out = {"num_mcus": mcus, "num_sms": sms, "core_voltage_V": v, "clock_Hz": clock,
-           "core_power_W": p_core}  # fmt: skip
+    out = {
+        "num_mcus": mcus,
+        "num_sms": sms,
+        "core_voltage_V": v,
+        "clock_Hz": clock,
+        "core_power_W": p_core,
+    }
     for p in PEAK_PRECISIONS:
         out[f"peak_flops_{p}"] = peak16 * t[f"ratio_{p}"]
     e_flop = t["core_mcu_nominal_power_W"] / (
@@ -305,10 +314,14 @@ def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
     static = t["dram_static_power_per_bit_W"] * 8.0 * capacity
     dram_nominal = t["dram_energy_per_bit_J"] * wires * t["dram_nominal_pin_rate_bps"]
     dv, df, dp = operating_point(
-        np.maximum(t["power_dram_W"] - static, 0.0), dram_nominal, t["dram_nominal_pin_rate_bps"],
-        t["dram_nominal_voltage_V"], t["dram_threshold_voltage_V"], t["dram_margin_voltage_V"],
+        np.maximum(t["power_dram_W"] - static, 0.0),
+        dram_nominal,
+        t["dram_nominal_pin_rate_bps"],
+        t["dram_nominal_voltage_V"],
+        t["dram_threshold_voltage_V"],
+        t["dram_margin_voltage_V"],
         t["dram_max_voltage_V"],
-    )  # fmt: skip
+    )
     return {
         "hbm_num_stacks": stacks,
         "hbm_num_wires": wires,
@@ -324,16 +337,20 @@ def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
     }
 
 
-def _budgets_and_cost(t: Mapping[str, F], out: Mapping[str, F], die: F,
-                      perimeter: F) -> dict[str, F]:  # fmt: skip
+def _budgets_and_cost(
+    t: Mapping[str, F], out: Mapping[str, F], die: F, perimeter: F
+) -> dict[str, F]:
     """Area, power, cost and the constraint columns (≤ 0 feasible) of derived parts ``out``."""
     die_budget = _total(t[f"area_{p}_mm2"] for p in AREA_PARTS)
     power_budget = _total(t[f"power_{p}_W"] for p in POWER_PARTS)
     sram_power = sum(out[f"{lvl}_power_W"] for lvl in SRAM_LEVELS)
     used_power = (
-        out["core_power_W"] + out["dram_power_W"] + sram_power
-        + out["scale_up_power_W"] + out["scale_out_power_W"]
-    )  # fmt: skip
+        out["core_power_W"]
+        + out["dram_power_W"]
+        + sram_power
+        + out["scale_up_power_W"]
+        + out["scale_out_power_W"]
+    )
     stacks, capacity = out["hbm_num_stacks"], out["hbm_capacity_B"]
     package = die + stacks * t["dram_stack_footprint_mm2"]
     res: dict[str, F] = {

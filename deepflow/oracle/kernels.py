@@ -37,10 +37,24 @@ F = NDArray[np.float64]
 #: to narrow tiles for skinny GEMMs (NVIDIA Matrix Multiplication Background guide §3.1 lists
 #: 256×128, 128×256, 128×128, 64×128; the narrow ones stand for split/skinny kernels).
 TILE_SHAPES: tuple[tuple[int, int], ...] = (
-    (256, 256), (256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128),
-    (64, 64), (256, 32), (32, 256), (128, 32), (32, 128), (256, 16), (16, 256),
-    (256, 8), (8, 256),
-)  # fmt: skip
+    (256, 256),
+    (256, 128),
+    (128, 256),
+    (128, 128),
+    (256, 64),
+    (64, 256),
+    (128, 64),
+    (64, 128),
+    (64, 64),
+    (256, 32),
+    (32, 256),
+    (128, 32),
+    (32, 128),
+    (256, 16),
+    (16, 256),
+    (256, 8),
+    (8, 256),
+)
 _TM = np.array([t[0] for t in TILE_SHAPES], dtype=float)
 _TN = np.array([t[1] for t in TILE_SHAPES], dtype=float)
 #: A 128×128 CTA tile keeps one SM's tensor cores busy; smaller tiles co-reside (up to 8 per
@@ -76,10 +90,20 @@ _GROUP_AREA = (_TM * _TN)[_GROUP_STARTS][:, None]
 #: blocks of 1,500 rows took twice as long as blocks of 900).
 _BLOCK_ROWS = 120 * 1024 // (8 * len(TILE_SHAPES))
 _CAPS_FIELDS = (
-    "bytes_per_element", "num_sms", "peak_flops", "gemm_efficiency", "l1_bandwidth_Bps",
-    "l2_bandwidth_Bps", "l2_capacity_B", "hbm_bandwidth_Bps", "hbm_efficiency", "hbm_latency_s",
-    "warp_tile_m", "warp_tile_n", "cluster_size",
-)  # fmt: skip
+    "bytes_per_element",
+    "num_sms",
+    "peak_flops",
+    "gemm_efficiency",
+    "l1_bandwidth_Bps",
+    "l2_bandwidth_Bps",
+    "l2_capacity_B",
+    "hbm_bandwidth_Bps",
+    "hbm_efficiency",
+    "hbm_latency_s",
+    "warp_tile_m",
+    "warp_tile_n",
+    "cluster_size",
+)
 
 
 def _get(caps: DeviceCaps | Mapping[str, Any], name: str) -> F:
@@ -127,9 +151,23 @@ def gemm(
 
     flat_dims = [flat(x) for x in dims]
     flat_device = {name: flat(x) for name, x in device.items()}
-    names = ("time_s",) if not detail else (
-        "time_s", "compute_s", "l1_s", "l2_s", "hbm_s", "l1_bytes", "l2_bytes", "hbm_bytes",
-        "tile_m", "tile_n", "bound")  # fmt: skip
+    names = (
+        ("time_s",)
+        if not detail
+        else (
+            "time_s",
+            "compute_s",
+            "l1_s",
+            "l2_s",
+            "hbm_s",
+            "l1_bytes",
+            "l2_bytes",
+            "hbm_bytes",
+            "tile_m",
+            "tile_n",
+            "bound",
+        )
+    )
     out = {name: np.empty(size) for name in names}
     for lo in range(0, max(size, 1), _BLOCK_ROWS):  # blocks of rows: small arrays, in cache
         hi = min(lo + _BLOCK_ROWS, size)
@@ -143,8 +181,20 @@ def gemm(
     if detail:
         m_, n_, k_, b_ = dims
         final["flops"] = np.asarray(2.0 * b_ * m_ * n_ * k_, dtype=float)
-        order = ("time_s", "flops", "compute_s", "l1_s", "l2_s", "hbm_s", "l1_bytes",
-                 "l2_bytes", "hbm_bytes", "tile_m", "tile_n", "bound")  # fmt: skip
+        order = (
+            "time_s",
+            "flops",
+            "compute_s",
+            "l1_s",
+            "l2_s",
+            "hbm_s",
+            "l1_bytes",
+            "l2_bytes",
+            "hbm_bytes",
+            "tile_m",
+            "tile_n",
+            "bound",
+        )
         final = {name: final[name] for name in order}
     return final
 
@@ -163,8 +213,9 @@ def _row_terms(m_: F, n_: F, k_: F, b_: F, d: Mapping[str, F]) -> dict[str, F]:
     # Shared memory -> matrix units: each MMA issuer (warp / warpgroup) of tile warp_m × warp_n
     # reads its A fragment once per warp_n columns and B once per warp_m rows; compared with
     # the L1 bandwidth of all SMs together (SM parallelism counted once).
-    l1_per_tile = _TM_C * _TN_C * (1.0 / np.minimum(_TN_C, warp_n)
-                                   + 1.0 / np.minimum(_TM_C, warp_m))  # fmt: skip
+    l1_per_tile = (
+        _TM_C * _TN_C * (1.0 / np.minimum(_TN_C, warp_n) + 1.0 / np.minimum(_TM_C, warp_m))
+    )
     # L2 -> SMs: each CTA streams its A panel (T_M × k) and B panel (k × T_N), shared by the
     # CTAs of a cluster through multicast; C is written once.
     c_bytes = m_ * n_ * p
@@ -184,16 +235,20 @@ def _row_terms(m_: F, n_: F, k_: F, b_: F, d: Mapping[str, F]) -> dict[str, F]:
         reread = a_bytes * np.maximum(1.0, n_ / n_blk) + b_bytes * np.maximum(1.0, m_ / m_blk)
         hbm_bytes = np.where(fits, compulsory, b_ * (reread + c_bytes))
     return {
-        "m": m_, "n": n_, "b": b_, "sms": sms,
+        "m": m_,
+        "n": n_,
+        "b": b_,
+        "sms": sms,
         "compute_per_tile": k_ * sms / peak,
         "l1_per_tile": l1_per_tile,
         "l1_per_byte": k_ * p / l1_bw,
         "l2_per_byte": k_ * p / (d["cluster_size"] * l2_bw),
         "l2_c": c_bytes * b_ / l2_bw,
-        "l1_bw": l1_bw, "l2_bw": l2_bw,
+        "l1_bw": l1_bw,
+        "l2_bw": l2_bw,
         "hbm_bytes": hbm_bytes,
         "hbm_s": hbm_bytes / hbm_bw + d["hbm_latency_s"],
-    }  # fmt: skip
+    }
 
 
 def _tile_search(t: Mapping[str, F], detail: bool) -> dict[str, F]:
@@ -266,9 +321,18 @@ def memory_op_time_s(
     (docs/model.md §C6.3), or from L2 when ``l2_resident`` and the bytes fit in L2;
     ``flops`` run on the vector units (non-matrix FP32 rate); one launch per kernel.
     """
-    l2_cap, l2_bw, hbm_bw, hbm_eff, hbm_lat, vector_flops, launch = _fields(caps, (
-        "l2_capacity_B", "l2_bandwidth_Bps", "hbm_bandwidth_Bps", "hbm_efficiency",
-        "hbm_latency_s", "vector_flops", "kernel_launch_s"))  # fmt: skip
+    l2_cap, l2_bw, hbm_bw, hbm_eff, hbm_lat, vector_flops, launch = _fields(
+        caps,
+        (
+            "l2_capacity_B",
+            "l2_bandwidth_Bps",
+            "hbm_bandwidth_Bps",
+            "hbm_efficiency",
+            "hbm_latency_s",
+            "vector_flops",
+            "kernel_launch_s",
+        ),
+    )
     nbytes = np.asarray(bytes_moved, dtype=float)
     in_l2 = np.asarray(l2_resident, dtype=bool) & (nbytes <= l2_cap)
     bandwidth = np.where(in_l2, l2_bw, hbm_bw * hbm_eff)

@@ -427,8 +427,9 @@ def _link_bw_factor(level: _Level, dims: Sequence[_Dim]) -> F:
 
 
 # ------------------------------------------------------------ internal: level primitives
-def _ring_pass(level: _Level, message_B: F, members: F, stride: F, units: F,
-               factor: float | F) -> tuple[F, F]:  # fmt: skip
+def _ring_pass(
+    level: _Level, message_B: F, members: F, stride: F, units: F, factor: float | F
+) -> tuple[F, F]:
     """(steps, seconds per protocol) of ring reduce-scatter/all-gather (factor 1) or
     all-reduce (factor 2) of ``message_B`` per rank over ``members`` ranks of one level.
 

@@ -110,9 +110,14 @@ def dist_gemm(
             "all_reduce", ml * k * p, kp2, net=net, stride=layout.kernel_dim2[1]
         )
         return DistGemm(
-            fwd, fwd_comm, bwd, bwd_comm, float(k * nl), k * nl * p if kp1 > 1 else 0.0,
+            fwd,
+            fwd_comm,
+            bwd,
+            bwd_comm,
+            float(k * nl),
+            k * nl * p if kp1 > 1 else 0.0,
             layout.kernel_dim1,
-        )  # fmt: skip
+        )
     kp1 = tp
     kl = -(-k // kp1)
     fwd = gemm(caps, m, n, kl)["time_s"]

@@ -71,8 +71,9 @@ class Workload(ABC):
         """The step of n cases: ``x`` holds an array of n for every name of :meth:`columns`;
         ``caps`` and ``net`` may hold arrays of n (design sweeps)."""
 
-    def step_one(self, caps: DeviceCaps, net: NetworkModel,
-                 values: Mapping[str, float]) -> StepResult:  # fmt: skip
+    def step_one(
+        self, caps: DeviceCaps, net: NetworkModel, values: Mapping[str, float]
+    ) -> StepResult:
         """The step of one case given as floats (a kind may have a faster scalar path)."""
         batch = self.step(caps, net, {k: np.atleast_1d(float(v)) for k, v in values.items()})
         return _first_row(batch)
@@ -128,9 +129,16 @@ def workload_for(model: Any) -> Workload:
 def row_of(obj: Any, i: int, names: tuple[str, ...] | None = None) -> Any:
     """A frozen dataclass with its per-case fields (arrays of n: design sweeps) replaced by
     case i: the fields ``names``, or every field that is a one-dimensional array."""
-    fields = names if names is not None else tuple(
-        f.name for f in dataclasses.fields(obj) if f.init and np.ndim(getattr(obj, f.name)) == 1
-    )  # fmt: skip
-    changes = {name: float(np.asarray(getattr(obj, name)).reshape(-1)[i]) for name in fields
-               if np.ndim(getattr(obj, name)) > 0}  # fmt: skip
+    fields = (
+        names
+        if names is not None
+        else tuple(
+            f.name for f in dataclasses.fields(obj) if f.init and np.ndim(getattr(obj, f.name)) == 1
+        )
+    )
+    changes = {
+        name: float(np.asarray(getattr(obj, name)).reshape(-1)[i])
+        for name in fields
+        if np.ndim(getattr(obj, name)) > 0
+    }
     return dataclasses.replace(obj, **changes) if changes else obj

@@ -50,8 +50,9 @@ class TransformerWorkload(Workload):
     def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
         return _result(transformer_step(caps, net, x))
 
-    def step_one(self, caps: DeviceCaps, net: NetworkModel,
-                 values: Mapping[str, float]) -> StepResult:  # fmt: skip
+    def step_one(
+        self, caps: DeviceCaps, net: NetworkModel, values: Mapping[str, float]
+    ) -> StepResult:
         return _result(transformer_step_one(caps, net, values))
 
 
@@ -72,33 +73,47 @@ def _mapping_columns(mapping: MappingSpec) -> dict[str, float]:
 
 def _mapping_of(row: Mapping[str, float]) -> MappingSpec:
     return MappingSpec(
-        data_parallel=int(row["data_parallel"]), tensor_parallel=int(row["tensor_parallel"]),
+        data_parallel=int(row["data_parallel"]),
+        tensor_parallel=int(row["tensor_parallel"]),
         pipeline_parallel=int(row["pipeline_parallel"]),
         kernel_partition=_PARTITIONS[int(row["kernel_partition"])],
         kernel_parallel_dim2=int(row["kernel_parallel_dim2"]),
-    )  # fmt: skip
+    )
 
 
-def _by_rows(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F],
-             one: Callable[[DeviceCaps, NetworkModel, dict[str, float]], dict[str, Any]],
-             ) -> StepResult:  # fmt: skip
+def _by_rows(
+    caps: DeviceCaps,
+    net: NetworkModel,
+    x: Mapping[str, F],
+    one: Callable[[DeviceCaps, NetworkModel, dict[str, float]], dict[str, Any]],
+) -> StepResult:
     """A scalar step model over n cases, one case at a time (per-case devices and links)."""
     n = max((np.size(v) for v in x.values()), default=1)
     cols = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in x.items()}
-    rows = [one(row_of(caps, i), row_of(net, i, _NET_PER_CASE),
-                {k: float(v[i]) for k, v in cols.items()}) for i in range(n)]  # fmt: skip
+    rows = [
+        one(
+            row_of(caps, i),
+            row_of(net, i, _NET_PER_CASE),
+            {k: float(v[i]) for k, v in cols.items()},
+        )
+        for i in range(n)
+    ]
 
     def column(key: str) -> F:
         return np.array([float(r[key]) for r in rows])
 
-    breakdown = {k: np.array([float(r["breakdown_s"][k]) for r in rows])
-                 for k in (rows[0]["breakdown_s"] if rows else {})}  # fmt: skip
+    breakdown = {
+        k: np.array([float(r["breakdown_s"][k]) for r in rows])
+        for k in (rows[0]["breakdown_s"] if rows else {})
+    }
     return StepResult(
-        step_time_s=column("step_time_s"), breakdown_s=breakdown,
+        step_time_s=column("step_time_s"),
+        breakdown_s=breakdown,
         memory_per_device_B=column("memory_per_device_B"),
         model_flops_per_step=column("model_flops_per_step"),
-        tokens_per_step=column("tokens_per_step"), samples_per_step=column("samples_per_step"),
-    )  # fmt: skip
+        tokens_per_step=column("tokens_per_step"),
+        samples_per_step=column("samples_per_step"),
+    )
 
 
 class _CaseByCase(Workload):
@@ -126,8 +141,14 @@ class _CaseByCase(Workload):
         return _by_rows(caps, net, x, one)
 
     @abstractmethod
-    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
-                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+    def step_spec(
+        self,
+        caps: DeviceCaps,
+        net: NetworkModel,
+        model: Any,
+        mapping: MappingSpec,
+        row: Mapping[str, float],
+    ) -> dict[str, Any]:
         """One case's step (the kind's scalar model)."""
 
 
@@ -138,8 +159,14 @@ class GemmWorkload(_CaseByCase):
     spec_class = GemmSpec
     fields = ("m", "k", "n")
 
-    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
-                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+    def step_spec(
+        self,
+        caps: DeviceCaps,
+        net: NetworkModel,
+        model: Any,
+        mapping: MappingSpec,
+        row: Mapping[str, float],
+    ) -> dict[str, Any]:
         return gemm_step(caps, net, model, mapping)
 
 
@@ -148,12 +175,24 @@ class LstmWorkload(_CaseByCase):
 
     kind = "lstm"
     spec_class = LstmSpec
-    fields = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
-              "num_gates")  # fmt: skip
+    fields = (
+        "num_layers",
+        "hidden_size",
+        "vocab_size",
+        "seq_length",
+        "projection_size",
+        "num_gates",
+    )
     batched = True
 
-    def step_spec(self, caps: DeviceCaps, net: NetworkModel, model: Any, mapping: MappingSpec,
-                  row: Mapping[str, float]) -> dict[str, Any]:  # fmt: skip
+    def step_spec(
+        self,
+        caps: DeviceCaps,
+        net: NetworkModel,
+        model: Any,
+        mapping: MappingSpec,
+        row: Mapping[str, float],
+    ) -> dict[str, Any]:
         return lstm_step(caps, net, model, mapping, int(row["global_batch_size"]))
 
 

@@ -92,8 +92,9 @@ def _block_from_gemm(name: str, d: DistGemm, fwd_extra: float, bwd_extra: float)
     )
 
 
-def _blocks(caps: DeviceCaps, net: NetworkModel, model: LstmSpec, mapping: MappingSpec,
-            b: int) -> dict[str, _Block]:  # fmt: skip
+def _blocks(
+    caps: DeviceCaps, net: NetworkModel, model: LstmSpec, mapping: MappingSpec, b: int
+) -> dict[str, _Block]:
     p = caps.bytes_per_element
     tp = mapping.tensor_parallel
     d_h, gates, vocab = model.hidden_size, model.num_gates, model.vocab_size
@@ -124,9 +125,12 @@ def _blocks(caps: DeviceCaps, net: NetworkModel, model: LstmSpec, mapping: Mappi
 
 
 def lstm_step(
-    caps: DeviceCaps, net: NetworkModel, model: LstmSpec, mapping: MappingSpec,
+    caps: DeviceCaps,
+    net: NetworkModel,
+    model: LstmSpec,
+    mapping: MappingSpec,
     global_batch_size: int,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Step time with a breakdown that sums to it, model FLOPs and memory per device."""
     p = caps.bytes_per_element
     dp, pp = mapping.data_parallel, mapping.pipeline_parallel
@@ -136,10 +140,18 @@ def lstm_step(
     stages = lstm_stages(model.num_layers, pp)
     layout = group_layout(mapping)
     transfer = (
-        float(collective_time_s("send_recv", b * model.hidden_size * p / mapping.tensor_parallel,
-                                2, net=net, stride=layout.pipeline[1]))
-        if pp > 1 else 0.0
-    )  # fmt: skip
+        float(
+            collective_time_s(
+                "send_recv",
+                b * model.hidden_size * p / mapping.tensor_parallel,
+                2,
+                net=net,
+                stride=layout.pipeline[1],
+            )
+        )
+        if pp > 1
+        else 0.0
+    )
 
     def stage_time(names: list[str], phase: str) -> tuple[float, float]:
         compute = sum(getattr(blocks[n], f"{phase}_s") for n in names)
@@ -158,9 +170,15 @@ def lstm_step(
         breakdown[f"{label}_pipeline_bubble"] = (len(stages) - 1) * (compute + comm)
         phase_end[phase] = (steps + len(stages) - 1) * (compute + comm)
 
-    exposed, update_s = _gradient_sync(caps, net, mapping, blocks, stages,
-                                       [sum(stage_time(s, "bwd")) for s in stages],
-                                       phase_end["bwd"])  # fmt: skip
+    exposed, update_s = _gradient_sync(
+        caps,
+        net,
+        mapping,
+        blocks,
+        stages,
+        [sum(stage_time(s, "bwd")) for s in stages],
+        phase_end["bwd"],
+    )
     breakdown["gradient_sync_exposed"] = max(exposed, 0.0)
     breakdown["weight_update"] = update_s
     step = phase_end["fwd"] + phase_end["bwd"] + breakdown["gradient_sync_exposed"] + update_s
@@ -177,9 +195,15 @@ def lstm_step(
     }
 
 
-def _gradient_sync(caps: DeviceCaps, net: NetworkModel, mapping: MappingSpec,
-                   blocks: dict[str, _Block], stages: list[list[str]], bwd_stage: list[float],
-                   bwd_end: float) -> tuple[float, float]:  # fmt: skip
+def _gradient_sync(
+    caps: DeviceCaps,
+    net: NetworkModel,
+    mapping: MappingSpec,
+    blocks: dict[str, _Block],
+    stages: list[list[str]],
+    bwd_stage: list[float],
+    bwd_end: float,
+) -> tuple[float, float]:
     """Exposed gradient reduction and the weight update, seconds.
 
     Gradient reduction is overlapped with the rest of backward. A block's weight gradient is
@@ -238,8 +262,14 @@ def _forward_flops(model: LstmSpec, global_batch_size: int) -> float:
     )
 
 
-def _memory(model: LstmSpec, mapping: MappingSpec, blocks: dict[str, _Block],
-            stages: list[list[str]], b: int, p: float) -> float:  # fmt: skip
+def _memory(
+    model: LstmSpec,
+    mapping: MappingSpec,
+    blocks: dict[str, _Block],
+    stages: list[list[str]],
+    b: int,
+    p: float,
+) -> float:
     """Memory per device: local weights and gradients of the largest stage, plus activations
     kept for backpropagation through time (gates, c, h per layer-timestep; probabilities for
     the softmax; embeddings)."""

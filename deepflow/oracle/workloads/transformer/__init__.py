@@ -98,8 +98,14 @@ def transformer_step_one(
     ops = scalar_ops(caps, net)
     if ops is None:
         batch = transformer_step(caps, net, {k: np.atleast_1d(v) for k, v in values.items()})
-        return {k: ({n: float(np.asarray(t)[0]) for n, t in val.items()} if isinstance(val, dict)
-                    else float(np.asarray(val)[0])) for k, val in batch.items()}  # fmt: skip
+        return {
+            k: (
+                {n: float(np.asarray(t)[0]) for n, t in val.items()}
+                if isinstance(val, dict)
+                else float(np.asarray(val)[0])
+            )
+            for k, val in batch.items()
+        }
     x = {k: float(v) for k, v in values.items()}
     recorder = ops.recorder()
     result = compose(ops.caps, x, recorder)
@@ -114,12 +120,21 @@ def compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
     gemms = lay.layer_gemms(i, o)
     attn = lay.attention(caps, i, o)
     tp = lay.tensor_comm(i, o, gemms)
-    layer = lay.layer_times(i, o, gemms, attn, lay.elementwise(i, o), tp,
-                            lay.context_comm(i, o, attn), lay.expert_comm(i, o))  # fmt: skip
+    layer = lay.layer_times(
+        i,
+        o,
+        gemms,
+        attn,
+        lay.elementwise(i, o),
+        tp,
+        lay.context_comm(i, o, attn),
+        lay.expert_comm(i, o),
+    )
     params = dpm.stage_params(i, o)
     breakdown = pipeline_breakdown(i, o, layer, tp)
-    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer,
-                                                             framework_calibration)  # fmt: skip
+    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(
+        i, o, params, layer, framework_calibration
+    )
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     return {

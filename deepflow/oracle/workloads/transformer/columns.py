@@ -22,20 +22,40 @@ __all__ = [
 F = NDArray[np.float64]
 
 MODEL_COLUMNS = (
-    "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
-    "swiglu", "seq_length", "vocab_size", "num_experts", "experts_per_token", "dropout",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "ffn_hidden_size",
+    "swiglu",
+    "seq_length",
+    "vocab_size",
+    "num_experts",
+    "experts_per_token",
+    "dropout",
     "global_batch_size",
-)  # fmt: skip
+)
 MAPPING_COLUMNS = (
-    "tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel",
-    "expert_parallel", "micro_batch_size", "virtual_pipeline_stages", "sequence_parallel",
-    "recompute", "zero_stage", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce",
-)  # fmt: skip
+    "tensor_parallel",
+    "pipeline_parallel",
+    "data_parallel",
+    "context_parallel",
+    "expert_parallel",
+    "micro_batch_size",
+    "virtual_pipeline_stages",
+    "sequence_parallel",
+    "recompute",
+    "zero_stage",
+    "flash_attention",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+)
 RECOMPUTE_CODES = {"none": 0.0, "selective": 1.0, "full": 2.0}
 
 
-def transformer_values(model: TransformerSpec, mapping: MappingSpec,
-                       global_batch_size: int) -> dict[str, float]:  # fmt: skip
+def transformer_values(
+    model: TransformerSpec, mapping: MappingSpec, global_batch_size: int
+) -> dict[str, float]:
     """One (model, mapping) as floats, keyed by the model and mapping column names."""
     return {
         "num_layers": float(model.num_layers),
@@ -66,8 +86,9 @@ def transformer_values(model: TransformerSpec, mapping: MappingSpec,
     }
 
 
-def transformer_columns(model: TransformerSpec, mapping: MappingSpec,
-                        global_batch_size: int) -> dict[str, F]:  # fmt: skip
+def transformer_columns(
+    model: TransformerSpec, mapping: MappingSpec, global_batch_size: int
+) -> dict[str, F]:
     """One (model, mapping) as a batch of one, in the columns :func:`transformer_step` takes."""
     values = transformer_values(model, mapping, global_batch_size)
     return {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in values.items()}

@@ -44,8 +44,13 @@ def stage_params(i: Inputs, o: Any) -> StageParams:
     return StageParams(stage=stage, embedding=emb_params, grad_bytes=grad_bytes)
 
 
-def data_parallel_comm(i: Inputs, o: Any, params: StageParams, layer: LayerTimes,
-                       framework: Callable[[], FrameworkCalibration]) -> Any:  # fmt: skip
+def data_parallel_comm(
+    i: Inputs,
+    o: Any,
+    params: StageParams,
+    layer: LayerTimes,
+    framework: Callable[[], FrameworkCalibration],
+) -> Any:
     """Exposed data-parallel seconds of a step.
 
     Plain data parallelism all-reduces the gradients once per step; ZeRO-1/2 (distributed
@@ -66,8 +71,11 @@ def data_parallel_comm(i: Inputs, o: Any, params: StageParams, layer: LayerTimes
     t_b_stage = i.layers_stage * layer.bwd
     overlap = i.x["overlap_grad_reduce"] > 0
     plain = o.where(overlap, o.maximum(ar_dp - t_b_stage, 0.0), ar_dp)
-    dist = o.where(overlap, o.maximum(rs_dp - t_b_stage, 0.0) + o.maximum(
-        ag_dp - t_f_stage, 0.0), rs_dp + ag_dp)  # fmt: skip
+    dist = o.where(
+        overlap,
+        o.maximum(rs_dp - t_b_stage, 0.0) + o.maximum(ag_dp - t_f_stage, 0.0),
+        rs_dp + ag_dp,
+    )
     per_mb = o.maximum(ag_dp - t_f_stage, 0.0) + o.maximum(ag_dp + rs_dp - t_b_stage, 0.0)
     zero3 = m * per_mb + (ag_dp + rs_dp) / o.maximum(i.layers_stage, 1.0)
     sync = (i.zero >= 3) & o.not_(overlap) & (dp > 1)

@@ -77,11 +77,15 @@ def layer_gemms(i: Inputs, o: Any) -> LayerGemms:
     g_up, g_down = GemmTimes(*o.gemm3(*up, mlp_batch)), GemmTimes(*o.gemm3(*down, mlp_batch))
     router = o.where(moe, o.gemm(T, i.experts, h, 1.0), 0.0) if o.any(moe) else 0.0
     return LayerGemms(
-        qkv=g_qkv, proj=g_proj, up=g_up, down=g_down, router=router,
+        qkv=g_qkv,
+        proj=g_proj,
+        up=g_up,
+        down=g_down,
+        router=router,
         fwd=g_qkv.fwd + g_proj.fwd + g_up.fwd + g_down.fwd + router,
         dgrad=g_qkv.dgrad + g_proj.dgrad + g_up.dgrad + g_down.dgrad + router,
         wgrad=g_qkv.wgrad + g_proj.wgrad + g_up.wgrad + g_down.wgrad + router,
-    )  # fmt: skip
+    )
 
 
 class Attention(NamedTuple):
@@ -121,8 +125,9 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     else:
         unfused_f = soft_f
     unfused_b = 2 * (unfused_f - soft_f) + soft_b
-    return Attention(fwd=o.where(i.flash, flash_f, unfused_f),
-                     bwd=o.where(i.flash, flash_b, unfused_b))  # fmt: skip
+    return Attention(
+        fwd=o.where(i.flash, flash_f, unfused_f), bwd=o.where(i.flash, flash_b, unfused_b)
+    )
 
 
 class Elementwise(NamedTuple):
@@ -154,8 +159,10 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
     bwd_bytes = 2 * (3 + 2 + 3) * unit + 2 * mask + act_bwd + rope
     launches = 5 + swiglu
-    return Elementwise(fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
-                       bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, launches + 2))  # fmt: skip
+    return Elementwise(
+        fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
+        bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, launches + 2),
+    )
 
 
 class TensorComm(NamedTuple):
@@ -210,8 +217,9 @@ def context_comm(i: Inputs, o: Any, attn: Attention) -> ContextComm:
     the chunk in hand (docs/model.md §C3.1, §C3.2)."""
     kv_msg = 2 * i.mb * i.s * i.kv * i.d_h * i.p
     cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp)
-    return ContextComm(fwd=o.maximum(cp_ag - attn.fwd, 0.0),
-                       bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0))  # fmt: skip
+    return ContextComm(
+        fwd=o.maximum(cp_ag - attn.fwd, 0.0), bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0)
+    )
 
 
 class ExpertComm(NamedTuple):
@@ -236,15 +244,24 @@ class LayerTimes(NamedTuple):
     bwd: Any
 
 
-def layer_times(i: Inputs, o: Any, gemms: LayerGemms, attn: Attention, elem: Elementwise,
-                tp: TensorComm, cp: ContextComm, ep: ExpertComm) -> LayerTimes:  # fmt: skip
+def layer_times(
+    i: Inputs,
+    o: Any,
+    gemms: LayerGemms,
+    attn: Attention,
+    elem: Elementwise,
+    tp: TensorComm,
+    cp: ContextComm,
+    ep: ExpertComm,
+) -> LayerTimes:
     """A layer's breakdown per micro-batch. Full recompute re-runs the forward (its TP
     communication included); selective recompute re-runs the unfused attention core
     (docs/model.md §C1.2)."""
     compute_f = gemms.fwd + attn.fwd + elem.fwd
     rc = i.rc
-    recompute = o.where(rc == 2, compute_f + tp.fwd,
-                        o.where((rc == 1) & o.not_(i.flash), attn.fwd, 0.0))  # fmt: skip
+    recompute = o.where(
+        rc == 2, compute_f + tp.fwd, o.where((rc == 1) & o.not_(i.flash), attn.fwd, 0.0)
+    )
     parts = {
         "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,
         "attention": attn.fwd + attn.bwd,

@@ -100,8 +100,16 @@ def memory(i: Inputs, o: Any, params: StageParams) -> Memory:
     logits_mem = o.where(pp == 1, 2 * i.logits * 4, 0.0)
     activations = _ACTIVATION_OVERHEAD * act
     first = model_states + activations + logits_mem
-    last = model_states + _ACTIVATION_OVERHEAD * (
-        i.layers_stage * o.minimum(m, 1) * layer_act) + 2 * i.logits * 4  # fmt: skip
+    last = (
+        model_states
+        + _ACTIVATION_OVERHEAD * (i.layers_stage * o.minimum(m, 1) * layer_act)
+        + 2 * i.logits * 4
+    )
     total = o.where(pp > 1, o.maximum(first, last), first)
-    return Memory(model_states=model_states, activations=activations, logits=logits_mem,
-                  last_stage=last, total=total)  # fmt: skip
+    return Memory(
+        model_states=model_states,
+        activations=activations,
+        logits=logits_mem,
+        last_stage=last,
+        total=total,
+    )

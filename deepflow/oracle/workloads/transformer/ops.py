@@ -175,8 +175,9 @@ class ScalarOps:
             self._mem.update(zip(mems, times.tolist(), strict=True))
         if colls:
             kinds, msg, size, stride = zip(*colls, strict=True)
-            times = collective_time_s(kinds, np.array(msg), np.array(size), net=self.net,
-                                      stride=np.array(stride))  # fmt: skip
+            times = collective_time_s(
+                kinds, np.array(msg), np.array(size), net=self.net, stride=np.array(stride)
+            )
             self._coll.update(zip(colls, times.tolist(), strict=True))
         return len(gemms) + len(mems) + len(colls)
 
@@ -240,10 +241,21 @@ _DEDUP_MIN_ROWS = 256
 #: DeviceCaps fields the GEMM model reads (kernels.gemm); when any is given per row (design
 #: sweeps) the shapes are not de-duplicated.
 _GEMM_CAPS = (
-    "bytes_per_element", "num_sms", "peak_flops", "gemm_efficiency", "l1_bandwidth_Bps",
-    "l2_bandwidth_Bps", "l2_capacity_B", "hbm_bandwidth_Bps", "hbm_efficiency", "hbm_latency_s",
-    "warp_tile_m", "warp_tile_n", "cluster_size", "kernel_launch_s",
-)  # fmt: skip
+    "bytes_per_element",
+    "num_sms",
+    "peak_flops",
+    "gemm_efficiency",
+    "l1_bandwidth_Bps",
+    "l2_bandwidth_Bps",
+    "l2_capacity_B",
+    "hbm_bandwidth_Bps",
+    "hbm_efficiency",
+    "hbm_latency_s",
+    "warp_tile_m",
+    "warp_tile_n",
+    "cluster_size",
+    "kernel_launch_s",
+)
 
 
 def _varying_caps(caps: DeviceCaps) -> tuple[str, ...]:
@@ -281,14 +293,18 @@ def _gemm_s(
     return np.asarray(times[inverse].reshape(stacked.shape[1:]), dtype=float)
 
 
-def _gemm3_s(caps: DeviceCaps, m: F, n: F, k: F, batch: F | float,
-             varying: tuple[str, ...]) -> tuple[F, F, F]:  # fmt: skip
+def _gemm3_s(
+    caps: DeviceCaps, m: F, n: F, k: F, batch: F | float, varying: tuple[str, ...]
+) -> tuple[F, F, F]:
     """Forward GEMM(m, n, k), input-gradient GEMM(m, k, n) and weight-gradient GEMM(k, n, m)
     of arrays of shapes; many rows: the three on the distinct shapes, found once."""
     values = (m, n, k, batch)
     if varying or all(np.size(v) == 1 for v in values):
-        return (_gemm_s(caps, m, n, k, batch, varying), _gemm_s(caps, m, k, n, batch, varying),
-                _gemm_s(caps, k, n, m, batch, varying))  # fmt: skip
+        return (
+            _gemm_s(caps, m, n, k, batch, varying),
+            _gemm_s(caps, m, k, n, batch, varying),
+            _gemm_s(caps, k, n, m, batch, varying),
+        )
     stacked = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values)))
     (um, un, uk, ub), inverse = _unique_columns(stacked.reshape(4, -1))
     shape = stacked.shape[1:]
@@ -307,8 +323,12 @@ def _mem_s(caps: DeviceCaps, nbytes: F, flops: F | float = 0.0, launches: F | fl
     """Memory-bound kernel seconds; a scalar case on a scalar device is memoised."""
     if all(np.size(v) == 1 for v in (nbytes, flops, launches)):
         try:
-            t = _mem_one(caps, float(np.asarray(nbytes).item()), float(np.asarray(flops).item()),
-                         float(np.asarray(launches).item()))  # fmt: skip
+            t = _mem_one(
+                caps,
+                float(np.asarray(nbytes).item()),
+                float(np.asarray(flops).item()),
+                float(np.asarray(launches).item()),
+            )
             return np.full(np.shape(nbytes), t)
         except TypeError:  # a device with array fields is not hashable
             pass
@@ -325,8 +345,13 @@ def _coll(kind: str, msg: F, size: F, net: NetworkModel, stride: F) -> F:
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (msg, size, stride)))
     if arrays[0].size == 1:
         try:
-            t = _coll_one(kind, float(arrays[0].ravel()[0]), float(arrays[1].ravel()[0]), net,
-                          float(arrays[2].ravel()[0]))  # fmt: skip
+            t = _coll_one(
+                kind,
+                float(arrays[0].ravel()[0]),
+                float(arrays[1].ravel()[0]),
+                net,
+                float(arrays[2].ravel()[0]),
+            )
             return np.full(arrays[0].shape, t)
         except TypeError:  # a network with array fields is not hashable
             pass

@@ -71,16 +71,22 @@ def pipeline_breakdown(i: Inputs, o: Any, layer: LayerTimes, tp: TensorComm) -> 
         return parts
 
     first, last = stage(first_extra), stage(last_extra)
-    single = stage({"elementwise": first_extra["elementwise"] + last_extra["elementwise"],
-                    "gemm": last_extra["gemm"]})  # fmt: skip
+    single = stage(
+        {
+            "elementwise": first_extra["elementwise"] + last_extra["elementwise"],
+            "gemm": last_extra["gemm"],
+        }
+    )
     middle = stage({})
     t_first, t_last = sum(first.values()), sum(last.values())
     t_single, t_mid = sum(single.values()), sum(middle.values())
     one_stage = pp == 1
-    which = o.where(one_stage, 0, o.where(t_first >= o.maximum(t_last, t_mid), 1,
-                                          o.where(t_last >= t_mid, 2, 3)))  # fmt: skip
-    t_mean = o.where(one_stage, t_single,
-                     (t_first + t_last + o.maximum(pp - 2, 0) * t_mid) / pp)  # fmt: skip
+    which = o.where(
+        one_stage,
+        0,
+        o.where(t_first >= o.maximum(t_last, t_mid), 1, o.where(t_last >= t_mid, 2, 3)),
+    )
+    t_mean = o.where(one_stage, t_single, (t_first + t_last + o.maximum(pp - 2, 0) * t_mid) / pp)
     slowest = o.choose_parts(which, (single, first, last, middle))
     breakdown = {key: i.m * part for key, part in slowest.items()}
     breakdown["pipeline_bubble"] = (pp - 1) / i.v * t_mean  # 1F1B / interleaved 1F1B (§C4)

@@ -67,22 +67,51 @@ class Inputs(NamedTuple):
 def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
     """The symbols of one step from its input columns (``o``: the operations they run on)."""
     h, a, s, mb = x["hidden_size"], x["num_attention_heads"], x["seq_length"], x["micro_batch_size"]
-    tp, pp, dp, cp = (x[k] for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                                     "context_parallel"))  # fmt: skip
+    tp, pp, dp, cp = (
+        x[k] for k in ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel")
+    )
     experts, ep, vocab = x["num_experts"], x["expert_parallel"], x["vocab_size"]
     sp = x["sequence_parallel"] > 0
     s_loc = s / cp
     T = mb * s_loc
     return Inputs(
-        x=x, p=caps.bytes_per_element, L=x["num_layers"], h=h, a=a, kv=x["num_kv_heads"],
-        ffn=x["ffn_hidden_size"], s=s, vocab=vocab, experts=experts,
-        topk=x["experts_per_token"], tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mb=mb,
-        v=x["virtual_pipeline_stages"], sp=sp, rc=x["recompute"], zero=x["zero_stage"],
-        flash=x["flash_attention"] > 0, d_h=h / a, moe=experts > 1, mats=2.0 + x["swiglu"],
-        m=x["global_batch_size"] / (mb * dp), s_loc=s_loc, T=T, T_e=o.where(sp, T / tp, T),
-        local_experts=o.maximum(experts / ep, 1.0), layers_stage=o.ceil(x["num_layers"] / pp),
-        logits=T * vocab / tp, st_tp=1.0, st_cp=tp, st_dp=tp * cp, st_pp=tp * cp * dp,
-    )  # fmt: skip
+        x=x,
+        p=caps.bytes_per_element,
+        L=x["num_layers"],
+        h=h,
+        a=a,
+        kv=x["num_kv_heads"],
+        ffn=x["ffn_hidden_size"],
+        s=s,
+        vocab=vocab,
+        experts=experts,
+        topk=x["experts_per_token"],
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        mb=mb,
+        v=x["virtual_pipeline_stages"],
+        sp=sp,
+        rc=x["recompute"],
+        zero=x["zero_stage"],
+        flash=x["flash_attention"] > 0,
+        d_h=h / a,
+        moe=experts > 1,
+        mats=2.0 + x["swiglu"],
+        m=x["global_batch_size"] / (mb * dp),
+        s_loc=s_loc,
+        T=T,
+        T_e=o.where(sp, T / tp, T),
+        local_experts=o.maximum(experts / ep, 1.0),
+        layers_stage=o.ceil(x["num_layers"] / pp),
+        logits=T * vocab / tp,
+        st_tp=1.0,
+        st_cp=tp,
+        st_dp=tp * cp,
+        st_pp=tp * cp * dp,
+    )
 
 
 def params_per_layer(x: Mapping[str, Any], o: Any) -> Any:
