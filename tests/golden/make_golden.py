@@ -75,7 +75,7 @@ def best_mapping() -> dict[str, Any]:
                 best_mappings(load_scenario(preset_path("scenarios", name) or name), top=10)
             )
         except ConfigError as exc:  # a workload best-mapping does not enumerate
-            out[name] = {"error": str(exc)}
+            out[name] = {"error": str(exc).replace(f"{ROOT}/", "")}  # a clone's own path
     return out
 
 
