@@ -23,6 +23,7 @@ from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS, MiB, Network
 
 __all__ = [
     "CALIBRATION_FILES",
+    "Calibration",
     "FrameworkCalibration",
     "InNetworkCalibration",
     "KernelCalibration",
@@ -30,8 +31,10 @@ __all__ = [
     "NetworkCalibration",
     "ProtocolCalibration",
     "calibration_files",
+    "calibration_from",
     "calibration_path",
     "clear_calibration_caches",
+    "current_calibration",
     "framework_calibration",
     "kernel_calibration",
     "network_calibration",
@@ -58,6 +61,55 @@ def _calibration_path(name: str, config_path: str) -> Path:
 def calibration_files() -> tuple[Path, ...]:
     """Every calibration file the oracle reads now, in :data:`CALIBRATION_FILES` order."""
     return tuple(calibration_path(name) for name in CALIBRATION_FILES)
+
+
+@dataclass(frozen=True, eq=False)
+class Calibration:
+    """Every calibration an evaluation uses, resolved from its files by the config layer.
+
+    The oracle's entry points (``evaluate_one``, ``evaluate_table``, ``best_mappings``) take
+    one explicitly, defaulting to :func:`current_calibration` (the files in use). One object
+    per set of files (compared and hashed by identity, so it can key memos).
+    """
+
+    frameworks_path: Path
+    kernels_path: Path
+    network_path: Path
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files, in :data:`CALIBRATION_FILES` order."""
+        return (self.frameworks_path, self.kernels_path, self.network_path)
+
+    def kernel(self, family: str) -> KernelCalibration:
+        """The kernel calibration of a device family."""
+        return _kernel_calibration(self.kernels_path, family)
+
+    @property
+    def framework(self) -> FrameworkCalibration:
+        """Framework costs the links do not set."""
+        return _framework_calibration(self.frameworks_path)
+
+    @property
+    def network(self) -> NetworkCalibration:
+        """The link classes and which class each network uses."""
+        return _network_calibration(self.network_path)
+
+
+def current_calibration() -> Calibration:
+    """The calibration of the files in use (under ``DEEPFLOW_CONFIG_PATH``, else built-in)."""
+    return _current_calibration(os.environ.get("DEEPFLOW_CONFIG_PATH", ""))
+
+
+@cache
+def _current_calibration(config_path: str) -> Calibration:
+    return calibration_from(calibration_files())
+
+
+@cache
+def calibration_from(files: tuple[Path, ...]) -> Calibration:
+    """The calibration of given files (frameworks, kernels, network), one object per set."""
+    return Calibration(*files)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +157,7 @@ class KernelCalibration:
 
 def kernel_calibration(family: str) -> KernelCalibration:
     """The kernel calibration of a device family from ``calibration/kernels.yaml``."""
-    return _kernel_calibration(calibration_path("kernels"), family)
+    return current_calibration().kernel(family)
 
 
 @cache
@@ -139,7 +191,7 @@ class FrameworkCalibration:
 
 def framework_calibration() -> FrameworkCalibration:
     """The framework calibration from ``calibration/frameworks.yaml``."""
-    return _framework_calibration(calibration_path("frameworks"))
+    return current_calibration().framework
 
 
 @cache

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import valid_mappings
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.errors import ConfigError
@@ -87,8 +88,11 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     return {name: table[:, i] for i, name in enumerate(MAPPING_COLUMNS)}
 
 
-def best_mappings(scenario: Scenario, *, top: int = 10) -> dict[str, Any]:
-    """Evaluate every valid mapping and return the ``top`` fastest feasible ones.
+def best_mappings(
+    scenario: Scenario, *, top: int = 10, calibration: Calibration | None = None
+) -> dict[str, Any]:
+    """Evaluate every valid mapping and return the ``top`` fastest feasible ones
+    (``calibration``: default the files in use).
 
     Returns:
         ``num_valid``, ``num_feasible`` and ``mappings``: a list of dicts, fastest first, with
@@ -100,9 +104,11 @@ def best_mappings(scenario: Scenario, *, top: int = 10) -> dict[str, Any]:
     assert isinstance(model, TransformerSpec)
     base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
     x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
-    caps = device_caps(scenario.system.device, scenario.workload.precision)
-    net = network_model(scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-    result = transformer_step(caps, net, x)
+    cal = calibration or current_calibration()
+    caps = device_caps(scenario.system.device, scenario.workload.precision, calibration=cal)
+    links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
+    net = network_model(scenario, *links, calibration=cal)
+    result = transformer_step(caps, net, x, calibration=cal)
     step = result["step_time_s"]
     memory = result["memory_per_device_B"]
     feasible = memory <= caps.hbm_capacity_B

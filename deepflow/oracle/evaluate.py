@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.specs import (
     DesignDeviceSpec,
     NetworkSpec,
@@ -37,23 +38,31 @@ F = NDArray[np.float64]
 
 
 def network_model(
-    scenario: Scenario, scale_up_Bps: float = 0.0, scale_out_Bps: float = 0.0
+    scenario: Scenario,
+    scale_up_Bps: float = 0.0,
+    scale_out_Bps: float = 0.0,
+    *,
+    calibration: Calibration | None = None,
 ) -> NetworkModel:
-    """The scenario's network; a design-mode device's own link bandwidths override the preset's."""
+    """The scenario's network; a design-mode device's own link bandwidths override the preset's.
+    ``calibration`` defaults to the files in use."""
     return _network_model(
-        scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps
-    )
+        scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps,
+        calibration or current_calibration(),
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=1024)
 def _network_model(
-    network: NetworkSpec, devices_per_node: int, scale_up_Bps: float, scale_out_Bps: float
-) -> NetworkModel:
+    network: NetworkSpec, devices_per_node: int, scale_up_Bps: float, scale_out_Bps: float,
+    calibration: Calibration,
+) -> NetworkModel:  # fmt: skip
     return NetworkModel.from_spec(
         network,
         devices_per_node,
         scale_up_bandwidth_Bps=scale_up_Bps or None,
         scale_out_bandwidth_Bps=scale_out_Bps or None,
+        calibration=calibration.network,
     )
 
 
@@ -95,7 +104,7 @@ def average_power_W(
     return float(power) if np.ndim(power) == 0 else power
 
 
-def evaluate_one(scenario: Scenario) -> dict[str, Any]:
+def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) -> dict[str, Any]:
     """Evaluate one scenario (any registered workload kind): row 0 of :func:`evaluate_table`,
     through the kind's scalar fast path.
 
@@ -105,16 +114,20 @@ def evaluate_one(scenario: Scenario) -> dict[str, Any]:
         ``memory_excess_B``, ``feasible``, ``breakdown_s`` (sums to ``step_time_s``),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
-        average power, :func:`average_power_W`, for the whole step).
+        average power, :func:`average_power_W`, for the whole step). ``calibration``
+        defaults to the files in use (:func:`deepflow.config.calibration.current_calibration`).
 
     Raises:
         ConfigError: a workload kind no registered workload evaluates.
     """
     system, workload, mapping = scenario.system, scenario.workload, scenario.mapping
     kind = workload_for(workload.model)
-    caps = device_caps(system.device, workload.precision)
-    net = network_model(scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-    result = kind.step_one(caps, net, kind.columns(workload, mapping))
+    cal = calibration or current_calibration()
+    caps = device_caps(system.device, workload.precision, calibration=cal)
+    net = network_model(
+        scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps, calibration=cal
+    )
+    result = kind.step_one(caps, net, kind.columns(workload, mapping), calibration=cal)
     summary = device_summary(system.device)
     peak_power = float(summary["power_W"])
     out = _outputs(result, caps, peak_power, system.num_devices)
@@ -177,8 +190,9 @@ def _outputs(
 
 
 def _design_caps(
-    device: DesignDeviceSpec, precision: str, overrides: Mapping[str, Any], n: int
-) -> tuple[DeviceCaps, dict[str, F]]:
+    device: DesignDeviceSpec, precision: str, overrides: Mapping[str, Any], n: int,
+    calibration: Calibration,
+) -> tuple[DeviceCaps, dict[str, F]]:  # fmt: skip
     """Capabilities of n variants of a design-mode device (DESIGN_COLUMNS overridden)."""
     base = design_table([device])
     table = {
@@ -186,11 +200,13 @@ def _design_caps(
         for c in DESIGN_COLUMNS
     }
     d = derive(table)
-    scalar = device_caps(device, precision)  # calibration and precision constants
+    scalar = device_caps(device, precision, calibration=calibration)  # calibration constants
     return replace(scalar, **derived_caps_fields(d, precision)), d
 
 
-def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, F]:
+def evaluate_table(
+    scenario: Scenario, columns: Mapping[str, Any], *, calibration: Calibration | None = None
+) -> dict[str, F]:
     """Evaluate n variants of a scenario (any registered workload kind) in one call.
 
     Args:
@@ -210,6 +226,8 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
         ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
         Row i equals ``evaluate_one`` of the scenario with row i's values.
 
+        ``calibration`` defaults to the files in use, as for :func:`evaluate_one`.
+
     Raises:
         ConfigError: an unknown column name, or a workload kind no workload evaluates.
     """
@@ -223,14 +241,15 @@ def evaluate_table(scenario: Scenario, columns: Mapping[str, Any]) -> dict[str, 
         k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,))
         for k, v in base.items()
     }
-    caps, net, derived = _table_system(scenario, columns, n)
+    cal = calibration or current_calibration()
+    caps, net, derived = _table_system(scenario, columns, n, cal)
     if derived:
         peak_power, area = derived["power_W"], derived["die_area_mm2"]
     else:
         device = scenario.system.device
         assert not isinstance(device, DesignDeviceSpec)
         peak_power, area = np.full(n, device.tdp_W), np.full(n, device.die_area_mm2)
-    result = kind.step(caps, net, x)
+    result = kind.step(caps, net, x, calibration=cal)
     out = _outputs(
         result,
         caps,
@@ -293,14 +312,14 @@ def _per_case(value: Any, n: int) -> F:
 
 
 def _table_system(
-    scenario: Scenario, columns: Mapping[str, Any], n: int
+    scenario: Scenario, columns: Mapping[str, Any], n: int, calibration: Calibration
 ) -> tuple[DeviceCaps, NetworkModel, dict[str, F]]:
     """The device (n design variants, or one spec device) and network of a table."""
     device, precision = scenario.system.device, scenario.workload.precision
-    net = network_model(scenario)
+    net = network_model(scenario, calibration=calibration)
     if not isinstance(device, DesignDeviceSpec):
-        return device_caps(device, precision), net, {}
-    caps, derived = _design_caps(device, precision, columns, n)
+        return device_caps(device, precision, calibration=calibration), net, {}
+    caps, derived = _design_caps(device, precision, columns, n, calibration)
     up, out = derived["scale_up_bandwidth_Bps"], derived["scale_out_bandwidth_Bps"]
     net = replace(
         net,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.calibration import kernel_calibration
+from deepflow.config.calibration import Calibration, KernelCalibration, current_calibration
 from deepflow.config.specs import (
     AREA_PARTS,
     PEAK_PRECISIONS,
@@ -516,9 +516,8 @@ class DeviceCaps:
 _SPEC_HBM_LATENCY_s = 100e-9
 
 
-def _calibration_fields(family: str, precision: str) -> dict[str, float]:
+def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, float]:
     """DeviceCaps fields that come from the family's kernel calibration."""
-    cal = kernel_calibration(family)
     return {
         "gemm_efficiency": cal.gemm_efficiency_for(precision),
         "hbm_efficiency": cal.hbm_efficiency,
@@ -553,11 +552,14 @@ def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
     }
 
 
-def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> DeviceCaps:
+def device_caps(
+    device: DeviceSpec | DesignDeviceSpec, precision: str, *, calibration: Calibration | None = None
+) -> DeviceCaps:
     """Capabilities of ``device`` at ``precision`` with its family's kernel calibration.
 
     Spec mode: the datasheet, plus L2/L1 bandwidth per clock from the family calibration.
-    Design mode: derived from technology and budgets (:func:`derive_one`).
+    Design mode: derived from technology and budgets (:func:`derive_one`). ``calibration``
+    defaults to the files in use (:func:`deepflow.config.calibration.current_calibration`).
 
     Raises:
         ConfigError: the device has no peak at ``precision``.
@@ -567,18 +569,18 @@ def device_caps(device: DeviceSpec | DesignDeviceSpec, precision: str) -> Device
             f"device {device.name} has no {precision} peak (it lists: "
             f"{', '.join(device.precisions)})."
         )
+    cal = (calibration or current_calibration()).kernel(device.family)
     common: dict[str, Any] = {
         "name": device.name,
         "family": device.family,
         "precision": precision,
         "bytes_per_element": BYTES_PER_ELEMENT[precision],
-        **_calibration_fields(device.family, precision),
+        **_calibration_fields(cal, precision),
     }
     if isinstance(device, DesignDeviceSpec):
         derived = derived_caps_fields(derive_one(device), precision)
         scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}
         return DeviceCaps(**common, **scalars)
-    cal = kernel_calibration(device.family)
     peak = device.peak_flops[precision]
     return DeviceCaps(
         **common,

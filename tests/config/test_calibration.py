@@ -13,12 +13,14 @@ from deepflow.config import load_scenario
 from deepflow.config.calibration import (
     CALIBRATION_FILES,
     calibration_files,
+    calibration_from,
     calibration_path,
+    current_calibration,
     kernel_calibration,
 )
 from deepflow.config.loader import builtin_config_dir
 from deepflow.datasets.io import oracle_version
-from deepflow.oracle.evaluate import evaluate_one
+from deepflow.oracle.evaluate import evaluate_one, evaluate_table
 from deepflow.oracle.workloads.transformer import ops
 from tests.conftest import REPO
 
@@ -59,3 +61,21 @@ def test_override_changes_the_model_and_the_oracle_version(
         ops.clear_memos()
     monkeypatch.delenv("DEEPFLOW_CONFIG_PATH")
     assert oracle_version() == before_version
+
+
+def test_calibration_is_an_explicit_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("DEEPFLOW_CONFIG_PATH", raising=False)
+    data = yaml.safe_load(calibration_path("kernels").read_text())
+    data["families"]["ampere"]["training_sustained_fraction"] /= 2
+    kernels = tmp_path / "kernels.yaml"
+    kernels.write_text(yaml.safe_dump(data))
+    slower = calibration_from(
+        (calibration_path("frameworks"), kernels, calibration_path("network"))
+    )
+    assert slower.files[1] == kernels and current_calibration().files == calibration_files()
+    scenario = load_scenario(SCENARIO)
+    before = evaluate_one(scenario)["step_time_s"]
+    assert evaluate_one(scenario, calibration=slower)["step_time_s"] > before
+    assert evaluate_one(scenario)["step_time_s"] == before  # the default is untouched
+    table = evaluate_table(scenario, {}, calibration=slower)
+    assert table["step_time_s"][0] == evaluate_one(scenario, calibration=slower)["step_time_s"]

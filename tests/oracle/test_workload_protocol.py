@@ -12,6 +12,7 @@ import pytest
 
 from deepflow.config import load_scenario
 from deepflow.config._schema import key
+from deepflow.config.calibration import Calibration
 from deepflow.config.loader import MODEL_CLASSES
 from deepflow.config.specs import MappingSpec, WorkloadSpec
 from deepflow.datasets import load, sample
@@ -45,7 +46,9 @@ class Toy(Workload):
         assert isinstance(workload.model, ToySpec)
         return {"flops": workload.model.flops, "global_batch_size": workload.global_batch_size}
 
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+    def step(
+        self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
+    ) -> StepResult:
         work = x["flops"] * x["global_batch_size"]
         t = work / (np.asarray(caps.peak_flops) * np.asarray(caps.gemm_efficiency))
         return StepResult(step_time_s=t, breakdown_s={"compute": t},

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.calibration import Calibration
 from deepflow.config.loader import register_model_kind
 from deepflow.config.specs import MappingSpec, WorkloadSpec
 from deepflow.errors import ConfigError
@@ -67,16 +68,24 @@ class Workload(ABC):
         """The case's input columns (model, batch and mapping), as floats."""
 
     @abstractmethod
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+    def step(
+        self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
+    ) -> StepResult:
         """The step of n cases: ``x`` holds an array of n for every name of :meth:`columns`;
-        ``caps`` and ``net`` may hold arrays of n (design sweeps)."""
+        ``caps`` and ``net`` may hold arrays of n (design sweeps); ``calibration`` is what the
+        device and network were built with (framework constants come from it)."""
 
     def step_one(
-        self, caps: DeviceCaps, net: NetworkModel, values: Mapping[str, float]
+        self,
+        caps: DeviceCaps,
+        net: NetworkModel,
+        values: Mapping[str, float],
+        *,
+        calibration: Calibration,
     ) -> StepResult:
         """The step of one case given as floats (a kind may have a faster scalar path)."""
-        batch = self.step(caps, net, {k: np.atleast_1d(float(v)) for k, v in values.items()})
-        return _first_row(batch)
+        columns = {k: np.atleast_1d(float(v)) for k, v in values.items()}
+        return _first_row(self.step(caps, net, columns, calibration=calibration))
 
 
 def _first_row(batch: StepResult) -> StepResult:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.calibration import Calibration
 from deepflow.config.specs import GemmSpec, LstmSpec, MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
@@ -47,13 +48,20 @@ class TransformerWorkload(Workload):
         assert isinstance(workload.model, TransformerSpec)
         return transformer_values(workload.model, mapping, workload.global_batch_size)
 
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
-        return _result(transformer_step(caps, net, x))
+    def step(
+        self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
+    ) -> StepResult:
+        return _result(transformer_step(caps, net, x, calibration=calibration))
 
     def step_one(
-        self, caps: DeviceCaps, net: NetworkModel, values: Mapping[str, float]
+        self,
+        caps: DeviceCaps,
+        net: NetworkModel,
+        values: Mapping[str, float],
+        *,
+        calibration: Calibration,
     ) -> StepResult:
-        return _result(transformer_step_one(caps, net, values))
+        return _result(transformer_step_one(caps, net, values, calibration=calibration))
 
 
 #: Mapping columns of the CrossFlow kinds: kernel parallelism (RC 0 / CR 1) and its split.
@@ -132,7 +140,9 @@ class _CaseByCase(Workload):
             cols["global_batch_size"] = float(workload.global_batch_size)
         return cols | _mapping_columns(mapping)
 
-    def step(self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> StepResult:
+    def step(
+        self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
+    ) -> StepResult:
         def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
             shape: dict[str, Any] = {f: int(row[f]) for f in self.fields}
             model = self.spec_class(name="", kind=self.kind, **shape)

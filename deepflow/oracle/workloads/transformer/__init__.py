@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from deepflow.config.calibration import framework_calibration
+from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.transformer import data_parallel as dpm
@@ -60,6 +60,8 @@ def transformer_step(
     caps: DeviceCaps,
     net: NetworkModel,
     x: Mapping[str, Any],
+    *,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """Step time, breakdown (sums to it), memory per device and FLOPs for n cases.
 
@@ -70,6 +72,8 @@ def transformer_step(
             ``overlap_grad_reduce`` 0 means no data-parallel communication hides under compute;
             with ZeRO-3 it is DeepSpeed's 2021 ZeRO-3: blocking per-module gathers, again for
             the recompute forward.
+        calibration: framework constants (DeepSpeed 2021's ZeRO-3 rate); default: the files
+            in use.
 
     Returns:
         ``step_time_s``, ``breakdown_s`` (dict of arrays), ``memory_per_device_B``,
@@ -78,7 +82,7 @@ def transformer_step(
     """
     arrays = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     tcaps = training_caps(caps)
-    out = compose(tcaps, arrays, ArrayOps(tcaps, net))
+    out = compose(tcaps, arrays, ArrayOps(tcaps, net), calibration or current_calibration())
     for key in ("step_time_s", "memory_per_device_B", "model_flops_per_step"):
         out[key] = np.asarray(out[key], dtype=float)
     return out
@@ -88,6 +92,8 @@ def transformer_step_one(
     caps: DeviceCaps,
     net: NetworkModel,
     values: Mapping[str, float],
+    *,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """:func:`transformer_step` of one case given as floats; the same keys, as floats.
 
@@ -97,7 +103,8 @@ def transformer_step_one(
     """
     ops = scalar_ops(caps, net)
     if ops is None:
-        batch = transformer_step(caps, net, {k: np.atleast_1d(v) for k, v in values.items()})
+        columns = {k: np.atleast_1d(v) for k, v in values.items()}
+        batch = transformer_step(caps, net, columns, calibration=calibration)
         return {
             k: (
                 {n: float(np.asarray(t)[0]) for n, t in val.items()}
@@ -108,13 +115,16 @@ def transformer_step_one(
         }
     x = {k: float(v) for k, v in values.items()}
     recorder = ops.recorder()
-    result = compose(ops.caps, x, recorder)
+    cal = calibration or current_calibration()
+    result = compose(ops.caps, x, recorder, cal)
     if ops.flush(recorder):  # kernels not seen before were recorded, evaluated together
-        result = compose(ops.caps, x, ops)
+        result = compose(ops.caps, x, ops, cal)
     return result
 
 
-def compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
+def compose(
+    caps: DeviceCaps, x: Mapping[str, Any], o: Any, calibration: Calibration
+) -> dict[str, Any]:
     """The step model over ``o``'s operations; ``caps`` already at training efficiency."""
     i = inputs(caps, x, o)
     gemms = lay.layer_gemms(i, o)
@@ -132,9 +142,7 @@ def compose(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> dict[str, Any]:
     )
     params = dpm.stage_params(i, o)
     breakdown = pipeline_breakdown(i, o, layer, tp)
-    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(
-        i, o, params, layer, framework_calibration
-    )
+    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, calibration)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     return {

@@ -8,10 +8,9 @@ Formulas: ``docs/model.md`` §C2.1 (bytes per parameter), §C3.1–§C3.2 (volum
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from deepflow.config.calibration import FrameworkCalibration
+from deepflow.config.calibration import Calibration
 from deepflow.oracle.workloads.transformer.layer import LayerTimes
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
 
@@ -49,7 +48,7 @@ def data_parallel_comm(
     o: Any,
     params: StageParams,
     layer: LayerTimes,
-    framework: Callable[[], FrameworkCalibration],
+    calibration: Calibration,
 ) -> Any:
     """Exposed data-parallel seconds of a step.
 
@@ -58,8 +57,8 @@ def data_parallel_comm(
     ``overlap_grad_reduce`` they hide under the last micro-batch's backward (gathers under its
     forward). ZeRO-3/FSDP: parameters gathered for forward and backward and gradients
     reduce-scattered every micro-batch, prefetched under compute; the first gather and last
-    reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``framework`` gives the
-    framework calibration (read only where DeepSpeed 2021's ZeRO-3 applies).
+    reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``calibration`` gives
+    the framework rate (read only where DeepSpeed 2021's ZeRO-3 applies).
     """
     dp, st_dp, m = i.dp, i.st_dp, i.m
     grads = params.stage * params.grad_bytes
@@ -80,7 +79,7 @@ def data_parallel_comm(
     zero3 = m * per_mb + (ag_dp + rs_dp) / o.maximum(i.layers_stage, 1.0)
     sync = (i.zero >= 3) & o.not_(overlap) & (dp > 1)
     if o.any(sync):
-        rate = framework().deepspeed_zero3_2021_rate_Bps
+        rate = calibration.framework.deepspeed_zero3_2021_rate_Bps
         zero3 = o.where(sync, _zero3_blocking(i, o, params, rate), zero3)
     sharded = o.where(i.zero >= 3, zero3, o.where(i.zero >= 1, dist, plain))
     return o.where(dp > 1, sharded, 0.0)
