@@ -17,7 +17,7 @@ Example (a toy kind; tests/oracle/test_workload_protocol.py registers one)::
     class Toy(Workload):
         kind, spec_class = "toy", ToySpec
         def columns(self, workload, mapping): return {"flops": workload.model.flops}
-        def step(self, caps, net, x): ...
+        def step(self, caps, net, x, *, calibration): ...
 
     register_workload(Toy())
 """
