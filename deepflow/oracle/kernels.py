@@ -29,7 +29,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from deepflow.oracle.hardware import DeviceCaps
 
-__all__ = ["BOUND_LEVELS", "TILE_SHAPES", "gemm", "gemm_one", "memory_op_time_s"]
+__all__ = [
+    "BOUND_LEVELS",
+    "GEMM_CAPS_FIELDS",
+    "TILE_SHAPES",
+    "gemm",
+    "gemm_one",
+    "memory_op_time_s",
+]
 
 F = NDArray[np.float64]
 
@@ -89,7 +96,8 @@ _GROUP_AREA = (_TM * _TN)[_GROUP_STARTS][:, None]
 #: 128 KiB mmap threshold (larger temporaries are mapped and page-faulted afresh each time:
 #: blocks of 1,500 rows took twice as long as blocks of 900).
 _BLOCK_ROWS = 120 * 1024 // (8 * len(TILE_SHAPES))
-_CAPS_FIELDS = (
+#: DeviceCaps fields the GEMM tile model reads.
+GEMM_CAPS_FIELDS = (
     "bytes_per_element",
     "num_sms",
     "peak_flops",
@@ -140,7 +148,7 @@ def gemm(
         :data:`BOUND_LEVELS`), each with the broadcast shape of the inputs.
     """
     dims = [np.asarray(x, dtype=float) for x in (m, n, k, batch)]
-    device = dict(zip(_CAPS_FIELDS, _fields(caps, _CAPS_FIELDS), strict=True))
+    device = dict(zip(GEMM_CAPS_FIELDS, _fields(caps, GEMM_CAPS_FIELDS), strict=True))
     shape = np.broadcast(*dims, *device.values()).shape
     size = math.prod(shape)
 

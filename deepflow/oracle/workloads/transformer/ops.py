@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.oracle.hardware import DeviceCaps
-from deepflow.oracle.kernels import gemm, gemm_one, memory_op_time_s
+from deepflow.oracle.kernels import GEMM_CAPS_FIELDS, gemm, gemm_one, memory_op_time_s
 from deepflow.oracle.network import NetworkModel, collective_time_s
 
 __all__ = ["ArrayOps", "ScalarOps", "clear_memos", "scalar_ops", "training_caps"]
@@ -240,22 +240,7 @@ _DEDUP_MIN_ROWS = 256
 
 #: DeviceCaps fields the GEMM model reads (kernels.gemm); when any is given per row (design
 #: sweeps) the shapes are not de-duplicated.
-_GEMM_CAPS = (
-    "bytes_per_element",
-    "num_sms",
-    "peak_flops",
-    "gemm_efficiency",
-    "l1_bandwidth_Bps",
-    "l2_bandwidth_Bps",
-    "l2_capacity_B",
-    "hbm_bandwidth_Bps",
-    "hbm_efficiency",
-    "hbm_latency_s",
-    "warp_tile_m",
-    "warp_tile_n",
-    "cluster_size",
-    "kernel_launch_s",
-)
+_GEMM_CAPS = (*GEMM_CAPS_FIELDS, "kernel_launch_s")
 
 
 def _varying_caps(caps: DeviceCaps) -> tuple[str, ...]:
