@@ -39,6 +39,7 @@ from deepflow.datasets.space import (
 )
 from deepflow.oracle.evaluate import evaluate_table
 from deepflow.oracle.hardware import DESIGN_COLUMNS, design_table
+from deepflow.oracle.workloads.transformer import RECOMPUTE_CODES
 
 __all__ = [
     "CONSTRAINTS",
@@ -62,7 +63,6 @@ CONSTRAINTS = (
     "reticle_excess_mm2",
 )  # fmt: skip
 _MAPPING = "__mapping__"
-_RECOMPUTE = {"none": 0.0, "selective": 1.0, "full": 2.0}
 _FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce")
 _TECH_PREFIXES = {
     "technology": ("core_", "ratio_", "l2_", "l1_", "register_file_"),
@@ -306,7 +306,7 @@ def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: 
             float
         )
     if "activation_recompute" in names:
-        code = np.array([_RECOMPUTE[str(m)] for m in names["activation_recompute"].choices])
+        code = np.array([RECOMPUTE_CODES[str(m)] for m in names["activation_recompute"].choices])
         cols["recompute"] = code[dec["activation_recompute"][rows]]
     if "zero_stage" in names:
         cols["zero_stage"] = _values(space, dec, "zero_stage", 0, n)[rows].astype(float)
@@ -495,7 +495,7 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
                 else None)  # fmt: skip
         cols = _transformer_inputs(space, dec, rows, n) if _MAPPING in dec else {}
         batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)
-        recompute = {v: k for k, v in _RECOMPUTE.items()}
+        recompute = {v: k for k, v in RECOMPUTE_CODES.items()}
         for i, row in enumerate(rows):
             system = scenario.system
             if vals is not None:

@@ -19,7 +19,11 @@ from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import network_model
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads.transformer import (
+    FULL_RECOMPUTE,
     MAPPING_COLUMNS,
+    NO_RECOMPUTE,
+    RECOMPUTE_CODES,
+    SELECTIVE_RECOMPUTE,
     transformer_columns,
     transformer_step,
 )
@@ -27,7 +31,7 @@ from deepflow.oracle.workloads.transformer import (
 __all__ = ["best_mappings", "enumerate_mappings"]
 
 F = NDArray[np.float64]
-_RECOMPUTE_NAMES = ("none", "selective", "full")
+_RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 
 def _divisors(n: int) -> list[int]:
@@ -72,7 +76,8 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     structural = valid_mappings(n, model, batch, candidates, order=order)
     # Equivalent choices are enumerated once: with fused attention selective recompute
     # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
-    recomputes = (0, 2) if base.flash_attention else (0, 1, 2)
+    none, selective, full = NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE
+    recomputes = (none, full) if base.flash_attention else (none, selective, full)
     flags = (
         float(base.flash_attention),
         float(base.tp_comm_overlap),
@@ -125,7 +130,7 @@ def best_mappings(
             "micro_batch_size": int(x["micro_batch_size"][i]),
             "virtual_pipeline_stages": int(x["virtual_pipeline_stages"][i]),
             "sequence_parallel": bool(x["sequence_parallel"][i]),
-            "activation_recompute": _RECOMPUTE_NAMES[int(x["recompute"][i])],
+            "activation_recompute": _RECOMPUTE_NAMES[float(x["recompute"][i])],
             "zero_stage": int(x["zero_stage"][i]),
         }
         out.append(

@@ -29,8 +29,12 @@ from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.transformer import data_parallel as dpm
 from deepflow.oracle.workloads.transformer import layer as lay
 from deepflow.oracle.workloads.transformer.columns import (
+    FULL_RECOMPUTE,
     MAPPING_COLUMNS,
     MODEL_COLUMNS,
+    NO_RECOMPUTE,
+    RECOMPUTE_CODES,
+    SELECTIVE_RECOMPUTE,
     transformer_columns,
     transformer_values,
 )
@@ -44,8 +48,12 @@ from deepflow.oracle.workloads.transformer.shapes import (
 )
 
 __all__ = [
+    "FULL_RECOMPUTE",
     "MAPPING_COLUMNS",
     "MODEL_COLUMNS",
+    "NO_RECOMPUTE",
+    "RECOMPUTE_CODES",
+    "SELECTIVE_RECOMPUTE",
     "activation_bytes_per_layer",
     "compose",
     "model_flops_per_step",

@@ -9,12 +9,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import MappingSpec, TransformerSpec
+from deepflow.config.specs import RECOMPUTE_MODES, MappingSpec, TransformerSpec
 
 __all__ = [
+    "FULL_RECOMPUTE",
     "MAPPING_COLUMNS",
     "MODEL_COLUMNS",
+    "NO_RECOMPUTE",
     "RECOMPUTE_CODES",
+    "SELECTIVE_RECOMPUTE",
     "transformer_columns",
     "transformer_values",
 ]
@@ -50,7 +53,10 @@ MAPPING_COLUMNS = (
     "tp_comm_overlap",
     "overlap_grad_reduce",
 )
+#: The ``recompute`` column's code of each ``activation_recompute`` mode, and the codes by name
+#: (what the formulas compare against).
 RECOMPUTE_CODES = {"none": 0.0, "selective": 1.0, "full": 2.0}
+NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE = (RECOMPUTE_CODES[m] for m in RECOMPUTE_MODES)
 
 
 def transformer_values(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from deepflow.config.calibration import Calibration
+from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE
 from deepflow.oracle.workloads.transformer.layer import LayerTimes
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
 
@@ -95,7 +96,7 @@ def _zero3_blocking(i: Inputs, o: Any, params: StageParams, rate_Bps: float) -> 
     (per-parameter calls, a device sync and a Python-side copy each), measured on one NVLink
     node (configs/calibration/frameworks.yaml): the longer of NCCL's time and that."""
     h, a, kv, d_h, tp, dp = i.h, i.a, i.kv, i.d_h, i.tp, i.dp
-    gathers = o.where(i.rc == 2, 3.0, 2.0)
+    gathers = o.where(i.rc == FULL_RECOMPUTE, 3.0, 2.0)
     # QKV, projection, the two MLP matrices, and the (tied) embedding spread over layers
     tensors_B = [
         t / tp * i.p

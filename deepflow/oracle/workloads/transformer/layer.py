@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from deepflow.oracle.hardware import DeviceCaps
+from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE
 from deepflow.oracle.workloads.transformer.shapes import Inputs
 
 __all__ = [
@@ -260,7 +261,9 @@ def layer_times(
     compute_f = gemms.fwd + attn.fwd + elem.fwd
     rc = i.rc
     recompute = o.where(
-        rc == 2, compute_f + tp.fwd, o.where((rc == 1) & o.not_(i.flash), attn.fwd, 0.0)
+        rc == FULL_RECOMPUTE,
+        compute_f + tp.fwd,
+        o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(i.flash), attn.fwd, 0.0),
     )
     parts = {
         "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE
 from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 from deepflow.oracle.workloads.transformer.shapes import Inputs
@@ -60,10 +61,10 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None) -> An
     # score terms: softmax output 2, dropout mask 1 and output 2 per a·s²·b, split by t
     scores = (2 + 3 * dropout) * a * s_loc * s * mb / tp
     scores = o.where(flash, 4 * a * s_loc * mb / tp, scores)
-    scores = o.where((rc == 1) & o.not_(flash), 0.0, scores)
+    scores = o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(flash), 0.0, scores)
     kept = sbh * per_sbh + scores
     full = 2 * sbh / o.where(sp, tp, 1.0)
-    return o.where(rc == 2, full, kept)
+    return o.where(rc == FULL_RECOMPUTE, full, kept)
 
 
 class Memory(NamedTuple):
@@ -93,8 +94,10 @@ def memory(i: Inputs, o: Any, params: StageParams) -> Memory:
     interleave = o.where(i.v > 1, 1 + (pp - 1) / (pp * i.v), 1.0)
     in_flight = o.minimum(m, pp) / pp * interleave
     act = i.L * in_flight * layer_act
-    if o.any(rc == 2):
-        act = act + o.where(rc == 2, _activation_bytes(i.x, o, recompute=0.0 * rc), 0.0)
+    if o.any(rc == FULL_RECOMPUTE):
+        act = act + o.where(
+            rc == FULL_RECOMPUTE, _activation_bytes(i.x, o, recompute=0.0 * rc), 0.0
+        )
     else:  # adds 0.0, exactly
         act = act + 0.0
     logits_mem = o.where(pp == 1, 2 * i.logits * 4, 0.0)
