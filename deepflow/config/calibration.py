@@ -298,6 +298,8 @@ def clear_calibration_caches() -> None:
         _kernel_calibration,
         _framework_calibration,
         _network_calibration,
+        _current_calibration,
+        calibration_from,
     ):
         cached.cache_clear()
 

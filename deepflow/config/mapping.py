@@ -103,6 +103,12 @@ def valid_mappings(
     Rows come in the lexicographic order of ``order`` (the six degrees other than data
     parallel; tensor, pipeline and context parallel first), each in its candidates' order.
     """
+    per_replica = Rule(
+        "micro_batch_size", ("micro_batch_size", "data_parallel"),
+        lambda v, m: (batch // v["data_parallel"]) % v["micro_batch_size"] == 0,
+        lambda v, m: f"({v['micro_batch_size']}) must divide the batch per data-parallel rank.",
+    )  # fmt: skip
+    rules = (*RULES, per_replica)
     cols: dict[str, I64] = {"__": np.zeros(1, dtype=np.int64)}
     applied: set[int] = set()
     for degree in order:
@@ -114,10 +120,7 @@ def valid_mappings(
             d in cols for d in ("tensor_parallel", "pipeline_parallel", "context_parallel")
         ):
             cols = _derive_data_parallel(cols, num_devices, batch, candidates["data_parallel"])
-        if "micro_batch_size" in cols and "data_parallel" in cols:
-            dp = np.maximum(cols["data_parallel"], 1)
-            cols = _keep(cols, (batch // dp) % cols["micro_batch_size"] == 0)
-        for i, rule in enumerate(RULES):
+        for i, rule in enumerate(rules):
             if i not in applied and all(d in cols for d in rule.needs):
                 applied.add(i)
                 cols = _keep(cols, np.asarray(rule.ok(cols, model), dtype=bool))

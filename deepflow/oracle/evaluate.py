@@ -131,17 +131,10 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     summary = device_summary(system.device)
     peak_power = float(summary["power_W"])
     out = _outputs(result, caps, peak_power, system.num_devices)
-    power = out.pop("average_power_W")
+    power = out["average_power_W"]
     return {
-        "step_time_s": out["step_time_s"],
-        "tokens_per_s": out["tokens_per_s"],
-        "samples_per_s": out["samples_per_s"],
-        "model_flops_per_step": out["model_flops_per_step"],
-        "mfu": out["mfu"],
-        "memory_per_device_B": out["memory_per_device_B"],
-        "memory_capacity_B": out["memory_capacity_B"],
-        "memory_excess_B": out["memory_excess_B"],
-        "feasible": bool(out["memory_per_device_B"] <= out["memory_capacity_B"]),
+        **{k: out[k] for k in _HEAD},
+        "feasible": bool(out["memory_fits"]),
         "breakdown_s": result.breakdown_s,
         "device": {
             "name": system.device.name,
@@ -183,10 +176,19 @@ def _outputs(
         "memory_per_device_B": memory,
         "memory_capacity_B": capacity,
         "memory_excess_B": memory - capacity,
+        "memory_fits": memory <= capacity,
         "average_power_W": power,
         "system_power_W": power * devices,
         "energy_per_step_J": power * devices * step,
     }
+
+
+#: The leading result keys of both evaluations, in the contract's order.
+_HEAD = ("step_time_s", "tokens_per_s", "samples_per_s", "model_flops_per_step", "mfu",
+         "memory_per_device_B", "memory_capacity_B", "memory_excess_B")  # fmt: skip
+#: Design-mode outputs of :func:`derive` a table carries.
+_DESIGN_OUTPUTS = ("die_cost_usd", "device_cost_usd", "area_excess_mm2", "power_excess_W",
+                   "perimeter_excess", "reticle_excess_mm2")  # fmt: skip
 
 
 def _design_caps(
@@ -250,61 +252,27 @@ def evaluate_table(
         assert not isinstance(device, DesignDeviceSpec)
         peak_power, area = np.full(n, device.tdp_W), np.full(n, device.die_area_mm2)
     result = kind.step(caps, net, x, calibration=cal)
-    out = _outputs(
-        result,
-        caps,
-        peak_power,
-        scenario.system.num_devices,
-        peak_flops=_per_case(caps.peak_flops, n),
-        capacity_B=_per_case(caps.hbm_capacity_B, n),
-    )
-    out.pop("average_power_W")
-    feasible = out["memory_per_device_B"] <= out["memory_capacity_B"]
-    out.update(
-        {
-            "peak_flops": _per_case(caps.peak_flops, n),
-            "hbm_bandwidth_Bps": _per_case(caps.hbm_bandwidth_Bps, n),
-            "area_mm2": area,
-            "power_W": peak_power,
-        }
-    )
-    order = (
-        "step_time_s",
-        "tokens_per_s",
-        "samples_per_s",
-        "model_flops_per_step",
-        "mfu",
-        "memory_per_device_B",
-        "memory_capacity_B",
-        "memory_excess_B",
-        "peak_flops",
-        "hbm_bandwidth_Bps",
-        "area_mm2",
-        "power_W",
-        "system_power_W",
-        "energy_per_step_J",
-    )
-    out_cols: dict[str, Any] = {k: out[k] for k in order}
+    peak = _per_case(caps.peak_flops, n)
+    out = _outputs(result, caps, peak_power, scenario.system.num_devices, peak_flops=peak,
+                   capacity_B=_per_case(caps.hbm_capacity_B, n))  # fmt: skip
+    cols: dict[str, Any] = {k: out[k] for k in _HEAD}
+    cols.update(peak_flops=peak, hbm_bandwidth_Bps=_per_case(caps.hbm_bandwidth_Bps, n),
+                area_mm2=area, power_W=peak_power, system_power_W=out["system_power_W"],
+                energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
     for name, value in result.breakdown_s.items():
-        out_cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
+        cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
+    feasible = out["memory_fits"]
     if derived:
-        for name in (
-            "die_cost_usd",
-            "device_cost_usd",
-            "area_excess_mm2",
-            "power_excess_W",
-            "perimeter_excess",
-            "reticle_excess_mm2",
-        ):
-            out_cols[name] = derived[name]
+        cols.update({name: derived[name] for name in _DESIGN_OUTPUTS})
         feasible = feasible & (derived["feasible"] > 0)
-    out_cols["feasible"] = np.asarray(feasible).astype(bool)
-    return {
-        k: np.broadcast_to(
-            np.asarray(v, dtype=v.dtype if isinstance(v, np.ndarray) else float), (n,)
-        ).copy()
-        for k, v in out_cols.items()
-    }
+    cols["feasible"] = np.asarray(feasible).astype(bool)
+    return {k: _column(v, n) for k, v in cols.items()}
+
+
+def _column(value: Any, n: int) -> NDArray[Any]:
+    """A result column of n (a kind may give a constant as a scalar)."""
+    column = np.asarray(value)
+    return column if column.shape == (n,) else np.broadcast_to(column, (n,)).copy()
 
 
 def _per_case(value: Any, n: int) -> F:

@@ -96,6 +96,9 @@ _GROUP_AREA = (_TM * _TN)[_GROUP_STARTS][:, None]
 #: 128 KiB mmap threshold (larger temporaries are mapped and page-faulted afresh each time:
 #: blocks of 1,500 rows took twice as long as blocks of 900).
 _BLOCK_ROWS = 120 * 1024 // (8 * len(TILE_SHAPES))
+#: The per-GEMM detail columns of :func:`gemm` (``detail=True``), after ``time_s``/``flops``.
+_DETAIL = ("compute_s", "l1_s", "l2_s", "hbm_s", "l1_bytes", "l2_bytes", "hbm_bytes", "tile_m",
+           "tile_n", "bound")  # fmt: skip
 #: DeviceCaps fields the GEMM tile model reads.
 GEMM_CAPS_FIELDS = (
     "bytes_per_element",
@@ -159,23 +162,7 @@ def gemm(
 
     flat_dims = [flat(x) for x in dims]
     flat_device = {name: flat(x) for name, x in device.items()}
-    names = (
-        ("time_s",)
-        if not detail
-        else (
-            "time_s",
-            "compute_s",
-            "l1_s",
-            "l2_s",
-            "hbm_s",
-            "l1_bytes",
-            "l2_bytes",
-            "hbm_bytes",
-            "tile_m",
-            "tile_n",
-            "bound",
-        )
-    )
+    names = ("time_s", *(_DETAIL if detail else ()))
     out = {name: np.empty(size) for name in names}
     for lo in range(0, max(size, 1), _BLOCK_ROWS):  # blocks of rows: small arrays, in cache
         hi = min(lo + _BLOCK_ROWS, size)
@@ -189,21 +176,7 @@ def gemm(
     if detail:
         m_, n_, k_, b_ = dims
         final["flops"] = np.asarray(2.0 * b_ * m_ * n_ * k_, dtype=float)
-        order = (
-            "time_s",
-            "flops",
-            "compute_s",
-            "l1_s",
-            "l2_s",
-            "hbm_s",
-            "l1_bytes",
-            "l2_bytes",
-            "hbm_bytes",
-            "tile_m",
-            "tile_n",
-            "bound",
-        )
-        final = {name: final[name] for name in order}
+        final = {name: final[name] for name in ("time_s", "flops", *_DETAIL)}
     return final
 
 

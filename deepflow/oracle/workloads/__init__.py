@@ -6,7 +6,6 @@ from deepflow.oracle.workloads.base import (
     Workload,
     register_workload,
     workload_for,
-    workloads,
 )
 from deepflow.oracle.workloads.kinds import GemmWorkload, LstmWorkload, TransformerWorkload
 
@@ -18,5 +17,4 @@ __all__ = [
     "Workload",
     "register_workload",
     "workload_for",
-    "workloads",
 ]

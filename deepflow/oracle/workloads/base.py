@@ -39,7 +39,7 @@ from deepflow.errors import ConfigError
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
 
-__all__ = ["StepResult", "Workload", "register_workload", "workload_for", "workloads"]
+__all__ = ["StepResult", "Workload", "register_workload", "workload_for"]
 
 F = NDArray[np.float64]
 
@@ -113,11 +113,6 @@ def register_workload(workload: Workload) -> Workload:
     register_model_kind(workload.kind, workload.spec_class)
     _REGISTRY[workload.kind] = workload
     return workload
-
-
-def workloads() -> dict[str, Workload]:
-    """The registered workload kinds, by name."""
-    return dict(_REGISTRY)
 
 
 def workload_for(model: Any) -> Workload:

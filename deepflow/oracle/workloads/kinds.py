@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -28,14 +27,8 @@ F = NDArray[np.float64]
 
 
 def _result(out: Mapping[str, Any]) -> StepResult:
-    return StepResult(
-        step_time_s=out["step_time_s"],
-        breakdown_s=out["breakdown_s"],
-        memory_per_device_B=out["memory_per_device_B"],
-        model_flops_per_step=out["model_flops_per_step"],
-        tokens_per_step=out["tokens_per_step"],
-        samples_per_step=out["samples_per_step"],
-    )
+    """A step model's result dict as a StepResult (its extra keys dropped)."""
+    return StepResult(*(out[name] for name in StepResult._fields))
 
 
 class TransformerWorkload(Workload):
@@ -125,12 +118,17 @@ def _by_rows(
 
 
 class _CaseByCase(Workload):
-    """A CrossFlow kind: a scalar step model over its model's integer fields, run case by case."""
+    """A CrossFlow kind: a scalar step model over its model's integer fields, run case by case.
+
+    ``scalar_step(caps, net, model, mapping[, global_batch_size])`` is the kind's model; the
+    global batch is an input column (and its last argument) when ``batched``.
+    """
 
     #: the model spec's fields that are input columns
     fields: ClassVar[tuple[str, ...]]
     #: whether the global batch is an input column
     batched: ClassVar[bool] = False
+    scalar_step: ClassVar[Callable[..., dict[str, Any]]]
 
     def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
         model = workload.model
@@ -146,20 +144,10 @@ class _CaseByCase(Workload):
         def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
             shape: dict[str, Any] = {f: int(row[f]) for f in self.fields}
             model = self.spec_class(name="", kind=self.kind, **shape)
-            return self.step_spec(c, nt, model, _mapping_of(row), row)
+            batch = (int(row["global_batch_size"]),) if self.batched else ()
+            return type(self).scalar_step(c, nt, model, _mapping_of(row), *batch)
 
         return _by_rows(caps, net, x, one)
-
-    @abstractmethod
-    def step_spec(
-        self,
-        caps: DeviceCaps,
-        net: NetworkModel,
-        model: Any,
-        mapping: MappingSpec,
-        row: Mapping[str, float],
-    ) -> dict[str, Any]:
-        """One case's step (the kind's scalar model)."""
 
 
 class GemmWorkload(_CaseByCase):
@@ -168,16 +156,7 @@ class GemmWorkload(_CaseByCase):
     kind = "gemm"
     spec_class = GemmSpec
     fields = ("m", "k", "n")
-
-    def step_spec(
-        self,
-        caps: DeviceCaps,
-        net: NetworkModel,
-        model: Any,
-        mapping: MappingSpec,
-        row: Mapping[str, float],
-    ) -> dict[str, Any]:
-        return gemm_step(caps, net, model, mapping)
+    scalar_step = staticmethod(gemm_step)
 
 
 class LstmWorkload(_CaseByCase):
@@ -185,25 +164,10 @@ class LstmWorkload(_CaseByCase):
 
     kind = "lstm"
     spec_class = LstmSpec
-    fields = (
-        "num_layers",
-        "hidden_size",
-        "vocab_size",
-        "seq_length",
-        "projection_size",
-        "num_gates",
-    )
+    fields = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
+              "num_gates")  # fmt: skip
     batched = True
-
-    def step_spec(
-        self,
-        caps: DeviceCaps,
-        net: NetworkModel,
-        model: Any,
-        mapping: MappingSpec,
-        row: Mapping[str, float],
-    ) -> dict[str, Any]:
-        return lstm_step(caps, net, model, mapping, int(row["global_batch_size"]))
+    scalar_step = staticmethod(lstm_step)
 
 
 for _kind in (TransformerWorkload(), GemmWorkload(), LstmWorkload()):

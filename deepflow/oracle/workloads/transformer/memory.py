@@ -94,12 +94,9 @@ def memory(i: Inputs, o: Any, params: StageParams) -> Memory:
     interleave = o.where(i.v > 1, 1 + (pp - 1) / (pp * i.v), 1.0)
     in_flight = o.minimum(m, pp) / pp * interleave
     act = i.L * in_flight * layer_act
-    if o.any(rc == FULL_RECOMPUTE):
-        act = act + o.where(
-            rc == FULL_RECOMPUTE, _activation_bytes(i.x, o, recompute=0.0 * rc), 0.0
-        )
-    else:  # adds 0.0, exactly
-        act = act + 0.0
+    full = rc == FULL_RECOMPUTE
+    if o.any(full):  # one layer re-materialised at a time in backward
+        act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * rc), 0.0)
     logits_mem = o.where(pp == 1, 2 * i.logits * 4, 0.0)
     activations = _ACTIVATION_OVERHEAD * act
     first = model_states + activations + logits_mem
