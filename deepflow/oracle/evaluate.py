@@ -133,7 +133,14 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     out = _outputs(result, caps, peak_power, system.num_devices)
     power = out["average_power_W"]
     return {
-        **{k: out[k] for k in _HEAD},
+        "step_time_s": out["step_time_s"],
+        "tokens_per_s": out["tokens_per_s"],
+        "samples_per_s": out["samples_per_s"],
+        "model_flops_per_step": out["model_flops_per_step"],
+        "mfu": out["mfu"],
+        "memory_per_device_B": out["memory_per_device_B"],
+        "memory_capacity_B": out["memory_capacity_B"],
+        "memory_excess_B": out["memory_excess_B"],
         "feasible": bool(out["memory_fits"]),
         "breakdown_s": result.breakdown_s,
         "device": {

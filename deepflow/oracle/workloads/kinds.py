@@ -28,7 +28,9 @@ F = NDArray[np.float64]
 
 def _result(out: Mapping[str, Any]) -> StepResult:
     """A step model's result dict as a StepResult (its extra keys dropped)."""
-    return StepResult(*(out[name] for name in StepResult._fields))
+    return StepResult(out["step_time_s"], out["breakdown_s"], out["memory_per_device_B"],
+                      out["model_flops_per_step"], out["tokens_per_step"],
+                      out["samples_per_step"])  # fmt: skip
 
 
 class TransformerWorkload(Workload):
