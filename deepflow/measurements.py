@@ -37,13 +37,15 @@ __all__ = [
     "batch_scale",
     "case_category",
     "framework",
+    "measured_peak_memory",
     "measured_step_time_s",
     "source_year",
     "training_case_scenario",
 ]
 
 #: Case categories deepflow scores.
-CATEGORIES = ("gemm_microbenchmark", "collective_microbenchmark", "end_to_end_training")
+CATEGORIES = ("gemm_microbenchmark", "collective_microbenchmark", "end_to_end_training",
+              "peak_memory")  # fmt: skip
 
 #: Categories of the public groups, for cases that omit ``category``.
 _GROUP_CATEGORY = {
@@ -71,26 +73,30 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: the case's own text or docs/model.md §C3.2): fused attention, TP-communication overlap,
 #: data-parallel overlap, dropout in the model. :func:`framework` infers the same flags for
 #: other sources from their text and year; a test checks it reproduces this table.
-FRAMEWORKS: dict[str, dict[str, bool]] = {
-    # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout.
+FRAMEWORKS: dict[str, dict[str, Any]] = {
+    # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
+    # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True},
+                             "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
     # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
     # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
     # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
     # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True},
+                             "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
     "korthikanti2022_table5": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                               "dropout": True},
+                               "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
     # Megatron-Core 2024: TE fused attention; --tp-comm-overlap, --overlap-grad-reduce,
-    # --overlap-param-gather listed in the case; distributed optimizer.
+    # --overlap-param-gather listed in the case; distributed optimizer; bf16 training forces
+    # fp32 gradient accumulation (Megatron-LM arguments.py).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
-                                "dropout": False},
-    # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs.
+                                "dropout": False, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
+    # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
+    # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
+    # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
     "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
-                            "dropout": False},
+                            "dropout": False, "fp32_main_grads": True, "cross_entropy": "fused"},
 }  # fmt: skip
 
 
@@ -199,13 +205,14 @@ def _framework_text(case: dict[str, Any]) -> str:
     source: dict[str, Any] = case["source"] if isinstance(case.get("source"), dict) else {}
     parts = [
         training.get("framework"), training.get("comm_overlap"), training.get("attention"),
+        training.get("techniques"), "torch.compile" if training.get("torch_compile") else None,
         model.get("attention"), model.get("type"), case.get("notes"), source.get("title"),
         source.get("location"),
     ]  # fmt: skip
     return " ".join(json.dumps(p) if not isinstance(p, str) else p for p in parts if p).lower()
 
 
-def framework(case: dict[str, Any]) -> dict[str, bool]:
+def framework(case: dict[str, Any]) -> dict[str, Any]:
     """How the case's framework ran: fused attention, TP and DP overlap, dropout.
 
     The public groups use :data:`FRAMEWORKS`. Other cases: what their text says, else what
@@ -235,8 +242,32 @@ def framework(case: dict[str, Any]) -> dict[str, bool]:
     dp_overlap = not (blocking_zero3 or no_overlap or old_megatron)
     no_dropout = bool(re.search(r"no dropout|dropout:? ?(0(\.0)?|false|none)\b", text))
     dropout = not no_dropout and (year <= 2022 or bool(re.search(r"dropout:? ?0\.[1-9]", text)))
+    # 16-bit gradient buffers: NeMo 1.x (to 24.07) trains with Apex's distributed_fused_adam
+    # and grad_sync_dtype bf16 (NeMo-Framework-Launcher training configs and performance
+    # scripts); DeepSpeed ZeRO-1/2 keeps fp16/bf16 gradients (ZeRO paper §5). Megatron keeps
+    # fp32 main gradients (docs/model.md §C2.1).
+    bf16_grads = ("nemo" in text and year <= 2024) or "deepspeed" in text
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-            "dropout": dropout}  # fmt: skip
+            "dropout": dropout, "fp32_main_grads": not bf16_grads,
+            "cross_entropy": _cross_entropy(text, year)}  # fmt: skip
+
+
+def _cross_entropy(text: str, year: int) -> str:
+    """The loss kernel (docs/model.md §C2.4): fused where stated or where it is the framework's
+    default (llm-foundry's MPT: flash-attn's fused cross-entropy, ``loss_fn`` default in
+    ``llm_foundry/models/mpt/modeling_mpt.py``); Megatron's vocab-parallel one in Megatron and
+    NeMo; PyTorch's unfused ``cross_entropy`` in PyTorch-native trainers (torchtitan's
+    ``cross_entropy_loss`` upcasts the logits to fp32; FSDP, Hugging Face)."""
+    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-]loss[_-]fusion|"
+                 r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
+        return "fused"
+    if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and year >= 2025:
+        return "fused"  # torchtitan (2025) compiles its loss with the model: one Inductor kernel
+    if re.search(r"megatron|nemo|deepspeed", text):
+        return "vocab_parallel"
+    if re.search(r"torchtitan|fsdp|hugging ?face|transformers|pytorch", text):
+        return "unfused"
+    return "vocab_parallel"
 
 
 def zero_stage(case: dict[str, Any]) -> int:
@@ -245,6 +276,9 @@ def zero_stage(case: dict[str, Any]) -> int:
     value = training.get("zero_stage")
     if isinstance(value, int | float) and not isinstance(value, bool):
         return int(value)
+    fsdp = training.get("fsdp")
+    if isinstance(fsdp, int | float) and not isinstance(fsdp, bool) and fsdp > 1:
+        return 3  # an FSDP degree: FSDP2's fully_shard (torchtitan's data_parallel_shard)
     text = f"{value or ''} {training.get('fsdp_sharding') or ''}".lower()
     if re.search(r"full_shard|zero[- ]?3|stage 3|hybrid_shard", text):
         return 3
@@ -255,10 +289,13 @@ def zero_stage(case: dict[str, Any]) -> int:
     return 0
 
 
-def _recompute(text: object, zero: int) -> str:
+def _recompute(text: object, zero: int, framework_text: str = "") -> str:
+    """The recompute mode; torchtitan's "selective" is per-op checkpointing (its shipped
+    Llama configs set ``selective_ac_option = "op"``)."""
     value = str(text or "").lower()
     if value.startswith("selective"):
-        return "selective"
+        op = re.search(r"\bop\b|per[- ]op", value) or "torchtitan" in framework_text
+        return "selective_op" if op else "selective"
     if value.startswith("full") or value in ("true", "yes") or "checkpoint" in value:
         return "full"
     if value.startswith("not stated") and zero >= 3:
@@ -385,10 +422,24 @@ def _case_batch(case: dict[str, Any]) -> float:
     raise ConfigError(f"{_where(case)}: training.global_batch_size is missing.")
 
 
-def _modelled_batch(case: dict[str, Any], dp: int) -> int:
+def _micro_batch(case: dict[str, Any], replicas: int, pp: int) -> int:
+    """The micro-batch: as stated; else, without pipelining, a per-device ``local_batch_size``
+    over the gradient-accumulation steps global / (local × replicas) (torchtitan runs one
+    forward over its local batch); else 1, the Megatron-LM examples' value."""
+    train = case.get("training") or {}
+    if train.get("micro_batch_size"):
+        return int(train["micro_batch_size"])
+    local = train.get("local_batch_size")
+    if pp == 1 and isinstance(local, int | float) and local >= 1:
+        steps = max(1, round(_case_batch(case) / (local * replicas)))
+        return max(1, int(local) // steps)
+    return 1
+
+
+def _modelled_batch(case: dict[str, Any], dp: int, mb: int) -> int:
     """The case's batch, or the nearest multiple of dp × micro-batch when a source's batch
     does not divide evenly (e.g. 2M tokens on 124 data-parallel ranks)."""
-    unit = dp * int((case.get("training") or {}).get("micro_batch_size") or 1)
+    unit = dp * mb
     return max(1, round(_case_batch(case) / unit)) * unit
 
 
@@ -433,7 +484,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     vp = int(train.get("virtual_pipeline_stages") or 1) if pp > 1 else 1
     while vp > 1 and not _interleave_ok(model, pp, vp):
         vp -= 1
-    batch = _modelled_batch(case, dp)
+    mb = _micro_batch(case, dp, pp)
+    batch = _modelled_batch(case, dp, mb)
     precision = _precision(case, _preset_raw("devices", device_preset))
     raw = {
         "system": {"device": _device(case, device_preset, precision),
@@ -446,16 +498,20 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "pipeline_parallel": pp,
             "context_parallel": cp,
             "expert_parallel": int(train.get("ep") or 1),
-            # unstated micro-batch: 1, the Megatron-LM examples' value for these model sizes
-            "micro_batch_size": int(train.get("micro_batch_size") or 1),
+            "micro_batch_size": mb,
             "virtual_pipeline_stages": vp,
-            # Megatron-Core's TP comm overlap requires sequence parallelism
-            "sequence_parallel": bool(train.get("sp")) or (flags["tp_overlap"] and tp > 1),
-            "activation_recompute": _recompute(train.get("activation_recompute"), zero),
+            # Megatron-Core's TP comm overlap requires sequence parallelism; torchtitan's TP
+            # plan shards the norms' sequence (SequenceParallel, parallelize_llama.apply_tp)
+            "sequence_parallel": bool(train.get("sp")) or (
+                (flags["tp_overlap"] or "torchtitan" in _framework_text(case)) and tp > 1),
+            "activation_recompute": _recompute(train.get("activation_recompute"), zero,
+                                               _framework_text(case)),
             "zero_stage": zero,
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "overlap_grad_reduce": flags["dp_overlap"],
+            "fp32_main_grads": flags["fp32_main_grads"],
+            "cross_entropy": flags["cross_entropy"],
         },
     }  # fmt: skip
     return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
@@ -499,6 +555,23 @@ def _active_params(case: dict[str, Any], flags: dict[str, bool]) -> float:
     mats = 3.0 if m["ffn_activation"] == "swiglu" else 2.0
     ffn_params = mats * h * ffn * float(m.get("experts_per_token", 1))
     return float(m["num_layers"]) * (attn + ffn_params) + float(m["vocab_size"]) * h
+
+
+def measured_peak_memory(case: dict[str, Any]) -> tuple[float, str]:
+    """The case's measured peak memory in bytes and what it counts: ``allocated`` (the
+    caching allocator's tensors, ``torch.cuda.max_memory_allocated``), ``reserved`` (with
+    its cached blocks, ``max_memory_reserved``) or ``device`` (nvidia-smi: with the CUDA
+    context). Unknown kinds are scored as reserved, what training logs usually print."""
+    measured = case.get("measured") or {}
+    gib = measured.get("peak_memory_gib")
+    if not isinstance(gib, int | float) or isinstance(gib, bool) or gib <= 0:
+        gb = measured.get("peak_memory_gb")
+        if not isinstance(gb, int | float) or isinstance(gb, bool) or gb <= 0:
+            raise ConfigError(f"{_where(case)}: measured.peak_memory_gib is missing.")
+        gib = gb * 1e9 / 2**30
+    kind = str(measured.get("memory_kind") or "reserved").lower()
+    kind = kind if kind in ("allocated", "reserved", "device") else "reserved"
+    return float(gib) * 2**30, kind
 
 
 def measured_step_time_s(case: dict[str, Any]) -> float:

@@ -22,6 +22,7 @@ from deepflow.measurements import (
     accelerator_presets,
     batch_scale,
     case_category,
+    measured_peak_memory,
     measured_step_time_s,
     training_case_scenario,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "measured_step_time_s",
     "score_collective_cases",
     "score_gemm_cases",
+    "score_memory_cases",
     "score_training_cases",
     "training_case_scenario",
     "validation_report",
@@ -164,6 +166,41 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
     return rows
 
 
+# ------------------------------------------------------------------------ peak memory
+#: The memory breakdown's terms each measured kind counts (docs/model.md §C2.5).
+_MEMORY_KIND_TERMS = {
+    "allocated": ("fragmentation", "cuda_context", "nccl_buffers"),
+    "reserved": ("cuda_context", "nccl_buffers"),
+    "device": (),
+}
+
+
+def modelled_peak_memory_B(result: dict[str, Any], kind: str) -> float:
+    """The oracle's peak memory as a source measures it (``kind``: allocated, reserved or
+    device; :func:`deepflow.measurements.measured_peak_memory`)."""
+    left_out = _MEMORY_KIND_TERMS[kind]
+    terms = result["memory_breakdown_B"]
+    return float(result["memory_per_device_B"] - sum(terms[t] for t in left_out))
+
+
+def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Model vs measured peak memory per device for every case that states one."""
+    from deepflow.oracle.evaluate import evaluate_one
+
+    if cases is None:
+        cases = [c for c in load_measurements() if case_category(c) == "peak_memory"]
+    rows = []
+    for case in cases:
+        measured, kind = measured_peak_memory(case)
+        result = evaluate_one(training_case_scenario(case))
+        model = modelled_peak_memory_B(result, kind)
+        rows.append({"id": case["id"], "group": case["group"], "kind": kind,
+                     "measured_GiB": measured / 2**30, "model_GiB": model / 2**30,
+                     "error": model / measured - 1.0,
+                     "feasible": result["feasible"]})  # fmt: skip
+    return rows
+
+
 # ------------------------------------------------------------------------ collectives
 #: Collective benchmark nodes -> network presets (H200 has H100's NVLink4 + NVSwitch).
 _COLLECTIVE_NETWORKS = {"nccl_tests_a100_node": "dgx-a100", "allreduce_bench_h200_node": "dgx-h100"}
@@ -250,6 +287,10 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (r,) = score_collective_cases([case])
         return {"quantity": r["quantity"], "measured": r["measured_GBps"],
                 "model": r["model_GBps"], "error": r["error"]}  # fmt: skip
+    if kind == "peak_memory":
+        (m,) = score_memory_cases([case])
+        return {"quantity": f"memory GiB ({m['kind']})", "measured": m["measured_GiB"],
+                "model": m["model_GiB"], "error": m["error"], "feasible": m["feasible"]}  # fmt: skip
     (r,) = score_training_cases([case])
     return {"quantity": "step s", "measured": r["measured_s"], "model": r["model_s"],
             "error": r["error"], "feasible": r["feasible"]}  # fmt: skip

@@ -28,6 +28,7 @@ __all__ = [
     "InNetworkCalibration",
     "KernelCalibration",
     "LinkCalibration",
+    "MemoryCalibration",
     "NetworkCalibration",
     "ProtocolCalibration",
     "calibration_files",
@@ -89,6 +90,11 @@ class Calibration:
     def framework(self) -> FrameworkCalibration:
         """Framework costs the links do not set."""
         return _framework_calibration(self.frameworks_path)
+
+    @property
+    def memory(self) -> MemoryCalibration:
+        """What frameworks and the driver hold besides the model's tensors."""
+        return _memory_calibration(self.frameworks_path)
 
     @property
     def network(self) -> NetworkCalibration:
@@ -202,6 +208,29 @@ def _framework_calibration(path: Path) -> FrameworkCalibration:
     return build(FrameworkCalibration, entry, ctx.child("deepspeed_zero3_2021"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryCalibration:
+    """Device memory a training process holds besides its model tensors
+    (``configs/calibration/frameworks.yaml``, ``memory``; docs/model.md §C2.5)."""
+
+    workspace_B: float = key(
+        "workspace_MiB", scale=MiB, ge=0, doc="cuBLAS / Transformer Engine workspaces"
+    )
+    fragmentation: float = key(
+        "allocator_fragmentation", ge=0, lt=1, doc="caching allocator: reserved / allocated - 1"
+    )
+    cuda_context_B: float = key("cuda_context_MiB", scale=MiB, ge=0, doc="context + kernels")
+    nccl_buffers_B: float = key("nccl_buffers_MiB", scale=MiB, ge=0, doc="NCCL's own buffers")
+
+
+@cache
+def _memory_calibration(path: Path) -> MemoryCalibration:
+    raw = read_yaml(path, what="a calibration mapping with key 'memory'")
+    ctx = Ctx(str(path))
+    return build(MemoryCalibration, require_mapping(raw.get("memory"), ctx.child("memory")),
+                 ctx.child("memory"))  # fmt: skip
+
+
 # ------------------------------------------------------------------- network link classes
 @dataclass(frozen=True, kw_only=True)
 class ProtocolCalibration:
@@ -297,6 +326,7 @@ def clear_calibration_caches() -> None:
         _calibration_path,
         _kernel_calibration,
         _framework_calibration,
+        _memory_calibration,
         _network_calibration,
         _current_calibration,
         calibration_from,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from deepflow.config._schema import key
 
 __all__ = [
+    "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
     "PEAK_PRECISIONS",
     "RECOMPUTE_MODES",
@@ -56,7 +57,14 @@ PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
-RECOMPUTE_MODES = ("none", "selective", "full")
+#: Activation recompute: none; Megatron's selective (the attention core); full (the layer
+#: input only); selective_op, PyTorch's per-op selective checkpointing as torchtitan applies
+#: it (keeps attention and every second matmul's output; docs/model.md §C2.2).
+RECOMPUTE_MODES = ("none", "selective", "full", "selective_op")
+#: How the loss is computed over the logits (docs/model.md §C2.4): Megatron's vocab-parallel
+#: cross-entropy (fp32 softmax in place), PyTorch's unfused log_softmax + nll_loss on an fp32
+#: copy, or a fused kernel that writes the gradient into the 16-bit logits.
+CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
 #: Device families with kernel calibration in configs/calibration/kernels.yaml.
 DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
@@ -209,6 +217,14 @@ class MappingSpec:
     flash_attention: bool = key("flash_attention", default=True, doc="fused attention kernel")
     tp_comm_overlap: bool = key("tp_comm_overlap", default=False, doc="TP comm under GEMMs")
     overlap_grad_reduce: bool = key("overlap_grad_reduce", default=True, doc="DP comm overlap")
+    # What the framework keeps in memory (docs/model.md §C2.1, §C2.4):
+    fp32_main_grads: bool = key(
+        "fp32_main_grads", default=True, doc="fp32 gradient buffers (Megatron) or 16-bit"
+    )
+    cross_entropy: str = key(
+        "cross_entropy", choices=CROSS_ENTROPY_MODES, default="vocab_parallel",
+        doc="the loss kernel: its logits buffers",
+    )  # fmt: skip
     kernel_parallel_dim2: int = key("kernel_parallel_dim2", ge=1, default=1)
 
     @property

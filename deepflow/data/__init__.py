@@ -3,6 +3,8 @@
 ``measurements_public.json`` is a copy of the project's published measurements (Megatron-LM,
 Korthikanti et al., Megatron-Core H100, llm-foundry, NeMo 24.07 FP8, torchtitan async TP, GEMM
 and NCCL microbenchmarks), each with its source; the schema is in ``docs/validation.md``.
+``measurements_memory.json`` holds measured per-device peak memory of published training runs
+(category ``peak_memory``), in the same schema.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ __all__ = ["load_measurements"]
 
 @cache
 def _all() -> tuple[dict[str, Any], ...]:
-    text = resources.files(__package__).joinpath("measurements_public.json").read_text("utf-8")
-    return tuple(json.loads(text))
+    files = resources.files(__package__)
+    return tuple(
+        case
+        for name in ("measurements_public.json", "measurements_memory.json")
+        for case in json.loads(files.joinpath(name).read_text("utf-8"))
+    )
 
 
 def load_measurements(group: str | None = None) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from deepflow.datasets.space import (
 )
 from deepflow.oracle.evaluate import evaluate_table
 from deepflow.oracle.hardware import DESIGN_COLUMNS, design_table
-from deepflow.oracle.workloads.transformer import RECOMPUTE_CODES
+from deepflow.oracle.workloads.transformer import CROSS_ENTROPY_CODES, RECOMPUTE_CODES
 
 __all__ = [
     "CONSTRAINTS",
@@ -63,7 +63,8 @@ CONSTRAINTS = (
     "reticle_excess_mm2",
 )  # fmt: skip
 _MAPPING = "__mapping__"
-_FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce")
+_FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce",
+          "fp32_main_grads")  # fmt: skip
 _TECH_PREFIXES = {
     "technology": ("core_", "ratio_", "l2_", "l1_", "register_file_"),
     "dram_technology": ("dram_",),
@@ -308,6 +309,9 @@ def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: 
     if "activation_recompute" in names:
         code = np.array([RECOMPUTE_CODES[str(m)] for m in names["activation_recompute"].choices])
         cols["recompute"] = code[dec["activation_recompute"][rows]]
+    if "cross_entropy" in names:
+        code = np.array([CROSS_ENTROPY_CODES[str(m)] for m in names["cross_entropy"].choices])
+        cols["cross_entropy"] = code[dec["cross_entropy"][rows]]
     if "zero_stage" in names:
         cols["zero_stage"] = _values(space, dec, "zero_stage", 0, n)[rows].astype(float)
     if "global_batch_size" in names:
@@ -496,6 +500,7 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
         cols = _transformer_inputs(space, dec, rows, n) if _MAPPING in dec else {}
         batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)
         recompute = {v: k for k, v in RECOMPUTE_CODES.items()}
+        losses = {v: k for k, v in CROSS_ENTROPY_CODES.items()}
         for i, row in enumerate(rows):
             system = scenario.system
             if vals is not None:
@@ -510,6 +515,8 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
                         changes[flag] = type(getattr(mapping, flag))(cols[flag][i])
                 if "recompute" in cols:
                     changes["activation_recompute"] = recompute[float(cols["recompute"][i])]
+                if "cross_entropy" in cols:
+                    changes["cross_entropy"] = losses[float(cols["cross_entropy"][i])]
                 mapping = dataclasses.replace(mapping, **changes)
             out[row] = dataclasses.replace(scenario, system=system, workload=workload,
                                            mapping=mapping)  # fmt: skip

@@ -119,7 +119,8 @@ class _Domain:
 
 #: The mapping keys a space may vary (the design-space labeller passes exactly these on).
 MAPPING_KNOBS = (*STRUCTURAL, "sequence_parallel", "flash_attention", "tp_comm_overlap",
-                 "overlap_grad_reduce", "activation_recompute", "zero_stage")  # fmt: skip
+                 "overlap_grad_reduce", "fp32_main_grads", "cross_entropy",
+                 "activation_recompute", "zero_stage")  # fmt: skip
 _KIND_OF_TYPE = {"int": "int", "bool": "bool", "str": "choice"}
 
 

@@ -19,6 +19,7 @@ from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import network_model
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads.transformer import (
+    CROSS_ENTROPY_CODES,
     FULL_RECOMPUTE,
     MAPPING_COLUMNS,
     NO_RECOMPUTE,
@@ -82,6 +83,8 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
         float(base.flash_attention),
         float(base.tp_comm_overlap),
         float(base.overlap_grad_reduce),
+        float(base.fp32_main_grads),
+        CROSS_ENTROPY_CODES[base.cross_entropy],
     )
     rows: list[tuple[float, ...]] = []
     for tp, pp, dp, cp, ep, mb, v in structural.tolist():
@@ -101,7 +104,8 @@ def best_mappings(
 
     Returns:
         ``num_valid``, ``num_feasible`` and ``mappings``: a list of dicts, fastest first, with
-        the mapping, ``step_time_s``, ``mfu``, ``memory_per_device_B`` and ``breakdown_s``.
+        the mapping, ``step_time_s``, ``mfu``, ``memory_per_device_B``,
+        ``memory_breakdown_B`` and ``breakdown_s``.
     """
     mappings = enumerate_mappings(scenario)
     count = len(mappings["tensor_parallel"])
@@ -139,6 +143,10 @@ def best_mappings(
                 "step_time_s": float(step[i]),
                 "mfu": float(result["model_flops_per_step"][i] / (step[i] * peak)),
                 "memory_per_device_B": float(memory[i]),
+                "memory_breakdown_B": {
+                    k: float(np.broadcast_to(v, step.shape)[i])
+                    for k, v in result["memory_breakdown_B"].items()
+                },
                 "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
             }
         )

@@ -112,6 +112,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         The contract keys: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``,
         ``model_flops_per_step``, ``mfu``, ``memory_per_device_B``, ``memory_capacity_B``,
         ``memory_excess_B``, ``feasible``, ``breakdown_s`` (sums to ``step_time_s``),
+        ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
         average power, :func:`average_power_W`, for the whole step). ``calibration``
@@ -143,6 +144,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "memory_excess_B": out["memory_excess_B"],
         "feasible": bool(out["memory_fits"]),
         "breakdown_s": result.breakdown_s,
+        "memory_breakdown_B": dict(result.memory_breakdown_B),
         "device": {
             "name": system.device.name,
             "mode": "design" if isinstance(system.device, DesignDeviceSpec) else "spec",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -43,6 +44,9 @@ __all__ = ["StepResult", "Workload", "register_workload", "workload_for"]
 
 F = NDArray[np.float64]
 
+#: A kind without a memory breakdown.
+NO_MEMORY_TERMS: Mapping[str, Any] = MappingProxyType({})
+
 
 class StepResult(NamedTuple):
     """One step of n cases (arrays of n; floats from :meth:`Workload.step_one`)."""
@@ -53,6 +57,8 @@ class StepResult(NamedTuple):
     model_flops_per_step: Any
     tokens_per_step: Any
     samples_per_step: Any
+    #: named parts of ``memory_per_device_B`` that sum to it (kinds that model them)
+    memory_breakdown_B: Mapping[str, Any] = NO_MEMORY_TERMS
 
 
 class Workload(ABC):
@@ -99,6 +105,7 @@ def _first_row(batch: StepResult) -> StepResult:
         model_flops_per_step=first(batch.model_flops_per_step),
         tokens_per_step=first(batch.tokens_per_step),
         samples_per_step=first(batch.samples_per_step),
+        memory_breakdown_B={k: first(v) for k, v in batch.memory_breakdown_B.items()},
     )
 
 

@@ -12,7 +12,13 @@ from deepflow.config.calibration import Calibration
 from deepflow.config.specs import GemmSpec, LstmSpec, MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
-from deepflow.oracle.workloads.base import StepResult, Workload, register_workload, row_of
+from deepflow.oracle.workloads.base import (
+    NO_MEMORY_TERMS,
+    StepResult,
+    Workload,
+    register_workload,
+    row_of,
+)
 from deepflow.oracle.workloads.gemm import gemm_step
 from deepflow.oracle.workloads.lstm import lstm_step
 from deepflow.oracle.workloads.transformer import (
@@ -30,7 +36,8 @@ def _result(out: Mapping[str, Any]) -> StepResult:
     """A step model's result dict as a StepResult (its extra keys dropped)."""
     return StepResult(out["step_time_s"], out["breakdown_s"], out["memory_per_device_B"],
                       out["model_flops_per_step"], out["tokens_per_step"],
-                      out["samples_per_step"])  # fmt: skip
+                      out["samples_per_step"],
+                      out.get("memory_breakdown_B", NO_MEMORY_TERMS))  # fmt: skip
 
 
 class TransformerWorkload(Workload):

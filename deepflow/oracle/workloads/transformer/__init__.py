@@ -29,6 +29,7 @@ from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.transformer import data_parallel as dpm
 from deepflow.oracle.workloads.transformer import layer as lay
 from deepflow.oracle.workloads.transformer.columns import (
+    CROSS_ENTROPY_CODES,
     FULL_RECOMPUTE,
     MAPPING_COLUMNS,
     MODEL_COLUMNS,
@@ -48,6 +49,7 @@ from deepflow.oracle.workloads.transformer.shapes import (
 )
 
 __all__ = [
+    "CROSS_ENTROPY_CODES",
     "FULL_RECOMPUTE",
     "MAPPING_COLUMNS",
     "MODEL_COLUMNS",
@@ -85,6 +87,7 @@ def transformer_step(
 
     Returns:
         ``step_time_s``, ``breakdown_s`` (dict of arrays), ``memory_per_device_B``,
+        ``memory_breakdown_B`` (dict of arrays, :data:`.memory.MEMORY_TERMS`, sums to it),
         ``model_flops_per_step``, ``tokens_per_step``, ``samples_per_step``,
         ``num_micro_batches`` — arrays of n.
     """
@@ -153,10 +156,12 @@ def compose(
     breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, calibration)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
+    mem = memory(i, o, params, calibration.memory)
     return {
         "step_time_s": sum(breakdown.values()),
         "breakdown_s": breakdown,
-        "memory_per_device_B": memory(i, o, params).total,
+        "memory_per_device_B": mem.total,
+        "memory_breakdown_B": mem.terms,
         "model_flops_per_step": model_flops(x, o),
         "tokens_per_step": x["global_batch_size"] * i.s,
         "samples_per_step": x["global_batch_size"],

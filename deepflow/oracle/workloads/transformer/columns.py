@@ -9,13 +9,20 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import RECOMPUTE_MODES, MappingSpec, TransformerSpec
+from deepflow.config.specs import (
+    CROSS_ENTROPY_MODES,
+    RECOMPUTE_MODES,
+    MappingSpec,
+    TransformerSpec,
+)
 
 __all__ = [
+    "CROSS_ENTROPY_CODES",
     "FULL_RECOMPUTE",
     "MAPPING_COLUMNS",
     "MODEL_COLUMNS",
     "NO_RECOMPUTE",
+    "OP_RECOMPUTE",
     "RECOMPUTE_CODES",
     "SELECTIVE_RECOMPUTE",
     "transformer_columns",
@@ -52,11 +59,17 @@ MAPPING_COLUMNS = (
     "flash_attention",
     "tp_comm_overlap",
     "overlap_grad_reduce",
+    "fp32_main_grads",
+    "cross_entropy",
 )
 #: The ``recompute`` column's code of each ``activation_recompute`` mode, and the codes by name
 #: (what the formulas compare against).
-RECOMPUTE_CODES = {"none": 0.0, "selective": 1.0, "full": 2.0}
-NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE = (RECOMPUTE_CODES[m] for m in RECOMPUTE_MODES)
+RECOMPUTE_CODES = {"none": 0.0, "selective": 1.0, "full": 2.0, "selective_op": 3.0}
+NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE, OP_RECOMPUTE = (
+    RECOMPUTE_CODES[m] for m in RECOMPUTE_MODES
+)
+#: The ``cross_entropy`` column's code of each mode (index into its bytes per logit).
+CROSS_ENTROPY_CODES = {mode: float(code) for code, mode in enumerate(CROSS_ENTROPY_MODES)}
 
 
 def transformer_values(
@@ -89,6 +102,8 @@ def transformer_values(
         "flash_attention": float(mapping.flash_attention),
         "tp_comm_overlap": float(mapping.tp_comm_overlap),
         "overlap_grad_reduce": float(mapping.overlap_grad_reduce),
+        "fp32_main_grads": float(mapping.fp32_main_grads),
+        "cross_entropy": CROSS_ENTROPY_CODES[mapping.cross_entropy],
     }
 
 

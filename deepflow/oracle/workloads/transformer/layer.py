@@ -11,7 +11,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from deepflow.oracle.hardware import DeviceCaps
-from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE
+from deepflow.oracle.workloads.transformer.columns import (
+    FULL_RECOMPUTE,
+    OP_RECOMPUTE,
+    SELECTIVE_RECOMPUTE,
+)
 from deepflow.oracle.workloads.transformer.shapes import Inputs
 
 __all__ = [
@@ -257,7 +261,8 @@ def layer_times(
 ) -> LayerTimes:
     """A layer's breakdown per micro-batch. Full recompute re-runs the forward (its TP
     communication included); selective recompute re-runs the unfused attention core
-    (docs/model.md §C1.2)."""
+    (docs/model.md §C1.2); per-op selective recompute every second matmul and the
+    elementwise operations."""
     compute_f = gemms.fwd + attn.fwd + elem.fwd
     rc = i.rc
     recompute = o.where(
@@ -265,6 +270,8 @@ def layer_times(
         compute_f + tp.fwd,
         o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(i.flash), attn.fwd, 0.0),
     )
+    # per-op selective: every second matmul and the elementwise ops run again (§C2.2)
+    recompute = o.where(rc == OP_RECOMPUTE, 0.5 * gemms.fwd + elem.fwd, recompute)
     parts = {
         "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,
         "attention": attn.fwd + attn.bwd,

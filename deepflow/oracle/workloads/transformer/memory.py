@@ -1,8 +1,14 @@
-"""Memory per device: model states (weights, gradients, optimizer) of a pipeline stage and
-the activations it keeps in flight, as Megatron-LM and ZeRO/FSDP hold them.
+"""Memory per device: a named breakdown of what a training framework holds at its peak.
+
+Model states (weights, master weights, gradients, optimizer states) of a pipeline stage,
+sharded as ZeRO, Megatron's distributed optimizer or FSDP shard them (over data × context
+parallel ranks); FSDP's unsharded layer buffers; FP8 weight caches; the activations in flight;
+the logits and loss buffers; then what the framework and the driver add around the caching
+allocator (workspace, fragmentation, CUDA context, NCCL buffers), each a calibration constant
+with its provenance (``configs/calibration/frameworks.yaml``, ``memory``).
 
 Formulas: ``docs/model.md`` §C2 (§C2.1 model states, §C2.2 activations per layer, §C2.3
-micro-batches in flight, §C2.4 logits, §C2.5 transients).
+micro-batches in flight, §C2.4 logits, §C2.5 framework and driver terms).
 """
 
 from __future__ import annotations
@@ -13,17 +19,41 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE, SELECTIVE_RECOMPUTE
+from deepflow.config.calibration import MemoryCalibration
+from deepflow.oracle.workloads.transformer.columns import (
+    FULL_RECOMPUTE,
+    OP_RECOMPUTE,
+    SELECTIVE_RECOMPUTE,
+)
 from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
-from deepflow.oracle.workloads.transformer.shapes import Inputs
+from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
 
-__all__ = ["Memory", "activation_bytes_per_layer", "memory"]
+__all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory"]
 
 F = NDArray[np.float64]
 
 #: Megatron's estimator adds 5 % to activations for temporaries (§C2.5).
 _ACTIVATION_OVERHEAD = 1.05
+#: Bytes per parameter of the 16-bit working weights, the fp32 master weights and Adam's two
+#: fp32 moments (Rajbhandari et al. 2020 §3.1: mixed-precision Adam keeps 2 + 2 + 12 bytes).
+_WEIGHT_B, _MASTER_B, _ADAM_B = 2.0, 4.0, 8.0
+#: FSDP / ZeRO-3 prefetch: the unit being computed and the next one's gathered parameters
+#: (Zhao et al. 2023 §3.3: at most two in-flight all-gathers; FSDP2 prefetches one unit):
+#: the largest unit (a block, or the embedding) and one more block.
+_FSDP_UNITS_IN_FLIGHT = 2.0
+#: Peak loss buffers per logit of each ``cross_entropy`` mode (§C2.4): vocab-parallel (Megatron
+#: ``vocab_parallel_cross_entropy``: 16-bit logits 2 + fp32 softmax kept and turned into the
+#: gradient in place 4 + its 16-bit cast 2), unfused (PyTorch ``cross_entropy`` on an fp32
+#: copy: logits 2 + saved log-softmax 4 + in backward its incoming and outgoing fp32
+#: gradients 4 + 4), fused (gradient written into the 16-bit logits: 2).
+_LOSS_BYTES_PER_LOGIT = (8.0, 14.0, 2.0)
+#: Transformer Engine keeps an FP8 copy of each weight, cast once per step and cached across
+#: its micro-batches (TE ``Linear`` ``is_first_microbatch``; §C2.1).
+_FP8_WEIGHT_CACHE_B = 1.0
+#: DeepSpeed's ZeRO-3 gathers module by module and keeps at most ``stage3_max_live_parameters``
+#: gathered (default 1e9 elements; DeepSpeed configuration docs, ZeRO section; §C2.1).
+_DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
 def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
@@ -35,13 +65,16 @@ def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
     terms; full recompute keeps only the layer input 2·s·b·h (÷t with SP). Adjusted (§C2.2):
     GQA shrinks K and V by g = kv/a; SwiGLU's MLP keeps 6F/h instead of 4F/h; no dropout drops
     the masks and the dropout outputs; fused (flash) attention keeps only fp32 log-sum-exp
-    (4·a·s·b) instead of the s² terms; context parallelism shortens s to s/c.
+    (4·a·s·b) instead of the s² terms; context parallelism shortens s to s/c; FP8 linear
+    layers (``fp8`` 1) keep their four GEMM inputs in one byte. Per-op selective recompute
+    (code 3) keeps the layer input, the attention output and every second matmul's output.
     """
     arrays = {k: np.asarray(v, dtype=float) for k, v in x.items()}
-    return np.asarray(_activation_bytes(arrays, ArrayOps), dtype=float)
+    fp8 = arrays.pop("fp8", np.asarray(0.0)) > 0
+    return np.asarray(_activation_bytes(arrays, ArrayOps, fp8=fp8), dtype=float)
 
 
-def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None) -> Any:
+def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: Any = False) -> Any:
     """:func:`activation_bytes_per_layer` over ``o``'s operations (``recompute`` overrides)."""
     h, a, kv = x["hidden_size"], x["num_attention_heads"], x["num_kv_heads"]
     tp, mb = x["tensor_parallel"], x["micro_batch_size"]
@@ -53,10 +86,15 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None) -> An
     mats = 2.0 + x["swiglu"]
     sbh = s_loc * mb * h
     g = kv / a
+    f_h = x["ffn_hidden_size"] / h
+    # FP8 GEMM inputs kept in 1 byte (TE Linear saves its FP8 cast): QKV and fc1 inputs
+    # (unsplit) 1 each, projection input 1 and fc2 input F/h (split) (§C2.2)
+    fp8_unsplit = o.where(fp8, 2.0, 0.0)
+    fp8_split = o.where(fp8, 1.0 + f_h, 0.0)
     # split by t: Q 2, K 2g, V 2g, projection input 2, MLP inputs 2·(mats)·F/h (GeLU 16)
-    split = 2 + 4 * g + 2 + 2 * mats * x["ffn_hidden_size"] / h
+    split = 2 + 4 * g + 2 + 2 * mats * f_h - fp8_split
     # not split without SP: 2 LayerNorm inputs 4, QKV and fc1 inputs 2 + 2, dropout masks 2
-    unsplit = 4 + 2 + 2 + 2 * dropout
+    unsplit = 4 + 2 + 2 + 2 * dropout - fp8_unsplit
     per_sbh = o.where(sp, (split + unsplit) / tp, unsplit + split / tp)
     # score terms: softmax output 2, dropout mask 1 and output 2 per a·s²·b, split by t
     scores = (2 + 3 * dropout) * a * s_loc * s * mb / tp
@@ -64,52 +102,108 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None) -> An
     scores = o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(flash), 0.0, scores)
     kept = sbh * per_sbh + scores
     full = 2 * sbh / o.where(sp, tp, 1.0)
-    return o.where(rc == FULL_RECOMPUTE, full, kept)
+    # per-op selective (PyTorch SAC as in torchtitan's _apply_ac_to_transformer_block): the
+    # layer input 2, the attention output 2 (+ fp32 log-sum-exp) and every second matmul's
+    # output (Q 2, V 2g, MLP up 2F/h, MLP down 2), 16-bit, split by t
+    ops = sbh * (2 + 2 + 2 + 2 * g + 2 * f_h + 2) / tp + 4 * a * s_loc * mb / tp
+    return o.where(rc == FULL_RECOMPUTE, full, o.where(rc == OP_RECOMPUTE, ops, kept))
+
+
+#: The breakdown's terms, in order: what the caching allocator holds (the first nine), then
+#: what lies around it (fragmentation, CUDA context and NCCL buffers).
+MEMORY_TERMS = (
+    "weights",
+    "master_weights",
+    "gradients",
+    "optimizer_states",
+    "fsdp_buffers",
+    "fp8_weight_cache",
+    "activations",
+    "logits",
+    "workspace",
+    "fragmentation",
+    "cuda_context",
+    "nccl_buffers",
+)
+#: Terms the PyTorch caching allocator tracks (``torch.cuda.max_memory_allocated``).
+ALLOCATED_TERMS = MEMORY_TERMS[:9]
 
 
 class Memory(NamedTuple):
-    """Bytes per device: the first stage's parts and the peak over first and last stage."""
+    """Bytes per device at the peak stage (the larger of the first and the last stage)."""
 
-    model_states: Any  #: weights, gradients and optimizer states of a stage (§C2.1)
-    activations: Any  #: activations in flight on the first stage, with the 5 % overhead
-    logits: Any  #: fp32 logits and their gradient (one-stage pipelines: on the first stage)
-    last_stage: Any  #: the last stage's total (pipelines: its logits, one micro-batch)
-    total: Any  #: the peak over the stages: what must fit the device
+    terms: dict[str, Any]  #: every name of :data:`MEMORY_TERMS`
+    allocated: Any  #: the allocator's peak (``max_memory_allocated``)
+    reserved: Any  #: with the allocator's fragmentation (``max_memory_reserved``)
+    total: Any  #: with the CUDA context and NCCL buffers: what must fit the device
 
 
-def memory(i: Inputs, o: Any, params: StageParams) -> Memory:
-    """Peak memory of a device.
+def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Memory:
+    """Peak memory of a device and its breakdown (docs/model.md §C2).
 
-    Bytes per parameter (§C2.1): bf16 weights + fp32 main grads + Adam 12 B (Megatron, 18);
-    ZeRO-1 / distributed optimizer 6 + 12/D, ZeRO-2 2 + 16/D, ZeRO-3 / FSDP 16/D. Activations:
-    1F1B holds on stage 0 p micro-batches of L/p layers = L layers; interleaving adds
-    (p − 1)/(p·v) (§C2.3); fewer micro-batches than stages scale it by m/p; full recompute
-    re-materialises one layer's activations at a time in backward.
+    Model states (§C2.1) per parameter of the stage, sharded over D = data × context
+    parallel ranks (Megatron-Core's distributed optimizer and torchtitan's FSDP mesh both
+    include the context-parallel ranks): 16-bit weights 2 (÷D at ZeRO-3), fp32 master
+    weights 4 (÷D from ZeRO-1), gradients 4 as fp32 main gradients (Megatron) or 2 in the
+    16-bit reduce dtype (÷D from ZeRO-2), Adam moments 8 (÷D from ZeRO-1): 18, 6 + 12/D,
+    2 + 16/D, 16/D with fp32 main gradients; 16, 4 + 12/D, 2 + 14/D, 16/D without (ZeRO
+    paper §5). ZeRO-3/FSDP also gathers the computed and the prefetched unit's weights and
+    holds one unit's unsharded gradients. Activations: 1F1B holds on stage 0 p micro-batches
+    of L/p layers = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches
+    than stages scale it by m/p; full recompute re-materialises one layer at a time.
     """
-    dp, pp, rc, zero, m = i.dp, i.pp, i.rc, i.zero, i.m
-    sharded = o.where(zero == 2, 2 + 16.0 / dp, o.where(zero == 1, 6 + 12.0 / dp, 18.0))
-    states = o.where(zero >= 3, 16.0 / dp, sharded)
-    model_states = params.stage * states
-    layer_act = _activation_bytes(i.x, o)
-    interleave = o.where(i.v > 1, 1 + (pp - 1) / (pp * i.v), 1.0)
-    in_flight = o.minimum(m, pp) / pp * interleave
-    act = i.L * in_flight * layer_act
-    full = rc == FULL_RECOMPUTE
+    dp_cp = i.dp * i.cp
+    zero = i.zero
+    grad_b = o.where(i.x["fp32_main_grads"] > 0, 4.0, 2.0)
+    fp8 = i.p < 2
+    shard_w = o.where(zero >= 3, dp_cp, 1.0)
+    shard_opt = o.where(zero >= 1, dp_cp, 1.0)
+    shard_g = o.where(zero >= 2, dp_cp, 1.0)
+    # ZeRO-3: 16/D whatever the gradient dtype (DeepSpeed 2 + 2 + 12; FSDP fp32 4 + 4 + 8)
+    grad_b = o.where(zero >= 3, 2.0, grad_b)
+    n = params.stage
+    layer = params_per_layer(i.x, o) / i.tp
+    unit = o.maximum(layer, params.embedding / i.tp)  # the largest unit: a block or the embedding
+    # FSDP: the computed and the prefetched block's 16-bit weights, one block's fp32
+    # gradients; DeepSpeed 2021 (ZeRO-3 without overlap): module by module, 16-bit weights
+    # and gradients of at most max-live parameters
+    in_flight = unit + (_FSDP_UNITS_IN_FLIGHT - 1) * layer
+    fsdp_units = in_flight * _WEIGHT_B + unit * 4.0
+    deepspeed = o.minimum(in_flight, _DEEPSPEED_MAX_LIVE_PARAMS) * 4.0
+    blocking = i.x["overlap_grad_reduce"] <= 0
+    fsdp = o.where((zero >= 3) & (dp_cp > 1), o.where(blocking, deepspeed, fsdp_units), 0.0)
+    fp8_cache = o.where(fp8 & (zero < 3), _FP8_WEIGHT_CACHE_B * n, 0.0)
+
+    layer_act = _activation_bytes(i.x, o, fp8=fp8)
+    interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
+    act = i.L * (o.minimum(i.m, i.pp) / i.pp * interleave) * layer_act
+    full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
     if o.any(full):  # one layer re-materialised at a time in backward
-        act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * rc), 0.0)
-    logits_mem = o.where(pp == 1, 2 * i.logits * 4, 0.0)
-    activations = _ACTIVATION_OVERHEAD * act
-    first = model_states + activations + logits_mem
-    last = (
-        model_states
-        + _ACTIVATION_OVERHEAD * (i.layers_stage * o.minimum(m, 1) * layer_act)
-        + 2 * i.logits * 4
-    )
-    total = o.where(pp > 1, o.maximum(first, last), first)
-    return Memory(
-        model_states=model_states,
-        activations=activations,
-        logits=logits_mem,
-        last_stage=last,
-        total=total,
-    )
+        act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8), 0.0)
+    last_act = i.layers_stage * o.minimum(i.m, 1.0) * layer_act
+    logit_b = o.choose(i.x["cross_entropy"], _LOSS_BYTES_PER_LOGIT)
+    logits = logit_b * i.logits
+    first_logits = o.where(i.pp == 1, logits, 0.0)
+    first_act = _ACTIVATION_OVERHEAD * act + first_logits
+    last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
+    last_is_peak = (i.pp > 1) & (last_total_act > first_act)
+    terms: dict[str, Any] = {
+        "weights": _WEIGHT_B * n / shard_w,
+        "master_weights": _MASTER_B * n / shard_opt,
+        "gradients": grad_b * n / shard_g,
+        "optimizer_states": _ADAM_B * n / shard_opt,
+        "fsdp_buffers": fsdp,
+        "fp8_weight_cache": fp8_cache,
+        "activations": o.where(
+            last_is_peak, _ACTIVATION_OVERHEAD * last_act, _ACTIVATION_OVERHEAD * act
+        ),  # fmt: skip
+        "logits": o.where(last_is_peak, logits, first_logits),
+        "workspace": cal.workspace_B + 0.0 * n,
+    }
+    allocated = sum(terms.values())
+    terms["fragmentation"] = cal.fragmentation * allocated
+    terms["cuda_context"] = cal.cuda_context_B + 0.0 * n
+    terms["nccl_buffers"] = cal.nccl_buffers_B + 0.0 * n
+    reserved = allocated + terms["fragmentation"]
+    total = reserved + terms["cuda_context"] + terms["nccl_buffers"]
+    return Memory(terms=terms, allocated=allocated, reserved=reserved, total=total)
