@@ -77,21 +77,25 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
+                             "dropout": True, "fp32_main_grads": True,
+                             "cross_entropy": "vocab_parallel"},
     # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
     # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
     # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
     # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
+                             "dropout": True, "fp32_main_grads": True,
+                             "cross_entropy": "vocab_parallel"},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
     "korthikanti2022_table5": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                               "dropout": True, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
+                               "dropout": True, "fp32_main_grads": True,
+                             "cross_entropy": "vocab_parallel"},
     # Megatron-Core 2024: TE fused attention; --tp-comm-overlap, --overlap-grad-reduce,
     # --overlap-param-gather listed in the case; distributed optimizer; bf16 training forces
     # fp32 gradient accumulation (Megatron-LM arguments.py).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
-                                "dropout": False, "fp32_main_grads": True, "cross_entropy": "vocab_parallel"},
+                                "dropout": False, "fp32_main_grads": True,
+                                "cross_entropy": "vocab_parallel"},
     # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
     # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
@@ -244,9 +248,9 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     dropout = not no_dropout and (year <= 2022 or bool(re.search(r"dropout:? ?0\.[1-9]", text)))
     # 16-bit gradient buffers: NeMo 1.x (to 24.07) trains with Apex's distributed_fused_adam
     # and grad_sync_dtype bf16 (NeMo-Framework-Launcher training configs and performance
-    # scripts); DeepSpeed ZeRO-1/2 keeps fp16/bf16 gradients (ZeRO paper §5). Megatron keeps
+    # scripts); DeepSpeed ZeRO-1/2 keeps 16-bit gradients (ZeRO paper §5). Megatron keeps
     # fp32 main gradients (docs/model.md §C2.1).
-    bf16_grads = ("nemo" in text and year <= 2024) or "deepspeed" in text
+    bf16_grads = ("nemo" in text and year <= 2024) or ("deepspeed" in text and zero in (1, 2))
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "cross_entropy": _cross_entropy(text, year)}  # fmt: skip

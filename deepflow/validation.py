@@ -290,7 +290,8 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
     if kind == "peak_memory":
         (m,) = score_memory_cases([case])
         return {"quantity": f"memory GiB ({m['kind']})", "measured": m["measured_GiB"],
-                "model": m["model_GiB"], "error": m["error"], "feasible": m["feasible"]}  # fmt: skip
+                "model": m["model_GiB"], "error": m["error"],
+                "feasible": m["feasible"]}  # fmt: skip
     (r,) = score_training_cases([case])
     return {"quantity": "step s", "measured": r["measured_s"], "model": r["model_s"],
             "error": r["error"], "feasible": r["feasible"]}  # fmt: skip

@@ -214,7 +214,7 @@ def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
     assert result.stderr.startswith(
         f"error: {path}: no case could be scored (case 'c0': category None is not one "
         "deepflow scores (known: gemm_microbenchmark, collective_microbenchmark, "
-        "end_to_end_training))."
+        "end_to_end_training, peak_memory))."
     )
 
 

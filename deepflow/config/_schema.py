@@ -20,7 +20,16 @@ from typing import Any, TypeVar
 
 from deepflow.errors import ConfigError
 
-__all__ = ["Ctx", "build", "check_choice", "describe_value", "key", "suggest", "yaml_keys"]
+__all__ = [
+    "Ctx",
+    "build",
+    "check_choice",
+    "describe_value",
+    "key",
+    "knob",
+    "suggest",
+    "yaml_keys",
+]
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -95,7 +104,53 @@ def key(
         default: value when the key is absent (already in SI); absent default = required.
         doc: one line for ``deepflow show`` and documentation.
     """
-    meta = {
+    meta = _meta(yaml, scale=scale, gt=gt, ge=ge, le=le, lt=lt, choices=choices, keys=keys, doc=doc)
+    return _declare(meta, default)
+
+
+def knob(
+    yaml: str,
+    *,
+    workloads: Sequence[str],
+    column: str = "",
+    framework: bool = False,
+    ge: float | None = None,
+    le: float | None = None,
+    choices: Sequence[str] | None = None,
+    default: Any,
+    doc: str = "",
+) -> Any:
+    """Declare a mapping knob: a :func:`key` field that is also an input column of the oracle
+    (the knob table, :data:`deepflow.config.mapping.KNOBS`, is built from these declarations).
+
+    Args:
+        yaml: the YAML key, which is also the field's name.
+        workloads: the workload kinds whose step reads the knob (their input columns hold it).
+        column: the oracle's input column (default: ``yaml``); an integer or boolean is its
+            value as a float, a choice its index in ``choices``.
+        framework: a switch of how the framework runs (fused kernels, overlap) rather than a
+            way to split the work: best-mapping keeps it as the scenario sets it.
+        ge, le, choices, default, doc: as for :func:`key`.
+    """
+    meta = _meta(yaml, ge=ge, le=le, choices=choices, doc=doc)
+    meta.update(workloads=tuple(workloads), column=column or yaml, framework=framework)
+    return _declare(meta, default)
+
+
+def _meta(
+    yaml: str,
+    *,
+    scale: float = 1.0,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None,
+    doc: str = "",
+) -> dict[str, Any]:
+    """The schema metadata of a field (see :func:`key`)."""
+    return {
         "yaml": yaml,
         "scale": scale,
         "gt": gt,
@@ -106,6 +161,10 @@ def key(
         "keys": tuple(keys) if keys is not None else None,
         "doc": doc,
     }
+
+
+def _declare(meta: dict[str, Any], default: Any) -> Any:
+    """A dataclass field with schema metadata ``meta`` and ``default`` (absent: required)."""
     if default is _MISSING:
         return dataclasses.field(metadata=meta)
     if isinstance(default, dict | list):

@@ -5,21 +5,101 @@ vectorised predicate over arrays of candidate mappings and the message of a viol
 scenario loader raises the first rule a mapping breaks; the design-space enumerator and
 best-mapping generate only mappings that break none (:func:`valid_mappings`), so the three
 agree by construction (tests/config/test_mapping_rules.py).
+
+It also holds the knob table (:data:`KNOBS`): every mapping knob as :class:`MappingSpec`
+declares it (:func:`deepflow.config._schema.knob`) — name, type, range, default, the workload
+kinds that read it, and its input column with the code of each named value. The oracle's
+mapping columns, the design-space labeller and best-mapping's result are derived from it
+(tests/config/test_knobs.py), so a new knob is a :class:`MappingSpec` field and the formula
+that reads it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import TransformerSpec
+from deepflow.config.specs import MappingSpec, TransformerSpec
 
-__all__ = ["RULES", "STRUCTURAL", "Rule", "first_violation", "valid_mappings"]
+__all__ = [
+    "KNOB",
+    "KNOBS",
+    "RULES",
+    "STRUCTURAL",
+    "Knob",
+    "Rule",
+    "first_violation",
+    "knobs_of",
+    "valid_mappings",
+]
 
+F = NDArray[np.float64]
 I64 = NDArray[np.int64]
+
+_KNOB_TYPES = {"int": "int", "bool": "bool", "str": "choice"}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One mapping knob, as :class:`MappingSpec` declares it.
+
+    A case's knob value travels through the oracle as one float in the input column
+    ``column``: an integer or boolean as its value, a choice as its index in ``choices``
+    (:attr:`codes`, e.g. recompute none/selective/full -> 0/1/2).
+    """
+
+    name: str  #: the MappingSpec field and YAML key
+    type: str  #: "int", "bool" or "choice"
+    default: Any
+    ge: float | None  #: bounds of an integer knob (None: unbounded)
+    le: float | None
+    choices: tuple[str, ...]  #: the named values of a choice knob
+    column: str  #: the oracle's input column
+    workloads: tuple[str, ...]  #: the workload kinds whose step reads it
+    framework: bool  #: a framework switch that best-mapping keeps as the scenario sets it
+    doc: str
+
+    @property
+    def codes(self) -> dict[str, float]:
+        """The column code of each named value of a choice knob ({} for the others)."""
+        return {c: float(i) for i, c in enumerate(self.choices)}
+
+    def encode(self, value: Any) -> float:
+        """A value of the knob (int, bool or one of ``choices``) as its column's float."""
+        if self.type == "choice":
+            return self.codes[value]
+        return float(value)
+
+    def decode(self, code: float) -> Any:
+        """A column's float as the knob's value (int, bool or one of ``choices``)."""
+        if self.type == "choice":
+            return self.choices[int(code)]
+        return bool(code) if self.type == "bool" else int(code)
+
+
+def _knob(field: dataclasses.Field[Any]) -> Knob:
+    meta = field.metadata
+    return Knob(name=field.name, type=_KNOB_TYPES[str(field.type)], default=field.default,
+                ge=meta["ge"], le=meta["le"], choices=tuple(meta["choices"] or ()),
+                column=meta["column"], workloads=meta["workloads"], framework=meta["framework"],
+                doc=meta["doc"])  # fmt: skip
+
+
+#: The knob table: every mapping knob, in :class:`MappingSpec`'s declaration order.
+KNOBS: tuple[Knob, ...] = tuple(_knob(f) for f in dataclasses.fields(MappingSpec))
+#: The knobs by name.
+KNOB: Mapping[str, Knob] = {k.name: k for k in KNOBS}
+
+
+def knobs_of(kind: str) -> tuple[Knob, ...]:
+    """The knobs a workload kind's step reads (its mapping columns), in table order."""
+    return tuple(k for k in KNOBS if kind in k.workloads)
+
 
 #: Mapping degrees that must factorise the device count and fit the model (the order of the
 #: design spaces' mapping tables).

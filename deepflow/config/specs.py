@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deepflow.config._schema import key
+from deepflow.config._schema import key, knob
 
 __all__ = [
     "CROSS_ENTROPY_MODES",
@@ -193,39 +193,83 @@ class WorkloadSpec:
     precision: str = key("precision", choices=WORKLOAD_PRECISIONS, default="bf16")
 
 
+#: Workload kinds that read a mapping knob: all built-in ones, the transformer, CrossFlow's
+#: GEMM and LSTM (kernel parallelism).
+_ALL = ("transformer", "lstm", "gemm")
+_LLM = ("transformer",)
+_CROSSFLOW = ("lstm", "gemm")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MappingSpec:
-    """How the workload runs: parallel degrees, micro-batching, recompute, ZeRO (contract)."""
+    """How the workload runs: parallel degrees, micro-batching, recompute, ZeRO (contract).
 
-    data_parallel: int = key("data_parallel", ge=1, default=1)
-    tensor_parallel: int = key("tensor_parallel", ge=1, default=1)
-    pipeline_parallel: int = key("pipeline_parallel", ge=1, default=1)
-    context_parallel: int = key("context_parallel", ge=1, default=1)
-    expert_parallel: int = key("expert_parallel", ge=1, default=1)
-    micro_batch_size: int = key("micro_batch_size", ge=1, default=1)
-    virtual_pipeline_stages: int = key("virtual_pipeline_stages", ge=1, default=1)
-    sequence_parallel: bool = key("sequence_parallel", default=True)
-    activation_recompute: str = key(
-        "activation_recompute", choices=RECOMPUTE_MODES, default="selective"
+    Every field is a mapping knob (:func:`knob`): the knob table
+    (:data:`deepflow.config.mapping.KNOBS`) and from it the oracle's mapping columns, the
+    design-space labeller and best-mapping's result are derived from these declarations.
+    """
+
+    data_parallel: int = knob("data_parallel", workloads=_ALL, ge=1, default=1)
+    tensor_parallel: int = knob("tensor_parallel", workloads=_ALL, ge=1, default=1)
+    pipeline_parallel: int = knob("pipeline_parallel", workloads=_ALL, ge=1, default=1)
+    context_parallel: int = knob("context_parallel", workloads=_LLM, ge=1, default=1)
+    expert_parallel: int = knob("expert_parallel", workloads=_LLM, ge=1, default=1)
+    micro_batch_size: int = knob("micro_batch_size", workloads=_LLM, ge=1, default=1)
+    virtual_pipeline_stages: int = knob("virtual_pipeline_stages", workloads=_LLM, ge=1, default=1)
+    sequence_parallel: bool = knob("sequence_parallel", workloads=_LLM, default=True)
+    activation_recompute: str = knob(
+        "activation_recompute",
+        workloads=_LLM,
+        column="recompute",
+        choices=RECOMPUTE_MODES,
+        default="selective",
     )
-    zero_stage: int = key("zero_stage", ge=0, le=3, default=1)
+    zero_stage: int = knob("zero_stage", workloads=_LLM, ge=0, le=3, default=1)
     # CrossFlow kernel parallelism for gemm/lstm workloads (docs/model.md §B4.6):
     # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
     # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).
-    kernel_partition: str = key("kernel_partition", choices=("rc", "cr"), default="rc")
-    # How the framework runs (implementers' keys, docs/model.md §C1.2 and §3.2):
-    flash_attention: bool = key("flash_attention", default=True, doc="fused attention kernel")
-    tp_comm_overlap: bool = key("tp_comm_overlap", default=False, doc="TP comm under GEMMs")
-    overlap_grad_reduce: bool = key("overlap_grad_reduce", default=True, doc="DP comm overlap")
-    # What the framework keeps in memory (docs/model.md §C2.1, §C2.4):
-    fp32_main_grads: bool = key(
-        "fp32_main_grads", default=True, doc="fp32 gradient buffers (Megatron) or 16-bit"
+    kernel_partition: str = knob(
+        "kernel_partition", workloads=_CROSSFLOW, choices=("rc", "cr"), default="rc"
     )
-    cross_entropy: str = key(
-        "cross_entropy", choices=CROSS_ENTROPY_MODES, default="vocab_parallel",
+    # How the framework runs (implementers' keys, docs/model.md §C1.2 and §3.2):
+    flash_attention: bool = knob(
+        "flash_attention",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="fused attention kernel",
+    )
+    tp_comm_overlap: bool = knob(
+        "tp_comm_overlap",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="TP comm under GEMMs",
+    )
+    overlap_grad_reduce: bool = knob(
+        "overlap_grad_reduce",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="DP comm overlap",
+    )
+    # What the framework keeps in memory (docs/model.md §C2.1, §C2.4):
+    fp32_main_grads: bool = knob(
+        "fp32_main_grads",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="fp32 gradient buffers (Megatron) or 16-bit",
+    )
+    cross_entropy: str = knob(
+        "cross_entropy",
+        workloads=_LLM,
+        framework=True,
+        choices=CROSS_ENTROPY_MODES,
+        default="vocab_parallel",
         doc="the loss kernel: its logits buffers",
-    )  # fmt: skip
-    kernel_parallel_dim2: int = key("kernel_parallel_dim2", ge=1, default=1)
+    )
+    kernel_parallel_dim2: int = knob("kernel_parallel_dim2", workloads=_CROSSFLOW, ge=1, default=1)
 
     @property
     def kernel_parallel_dim1(self) -> int:

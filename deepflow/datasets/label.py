@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from deepflow.config.mapping import Knob, knobs_of
 from deepflow.config.specs import (
     AreaBudgetSpec,
     DesignDeviceSpec,
@@ -39,7 +40,6 @@ from deepflow.datasets.space import (
 )
 from deepflow.oracle.evaluate import evaluate_table
 from deepflow.oracle.hardware import DESIGN_COLUMNS, design_table
-from deepflow.oracle.workloads.transformer import CROSS_ENTROPY_CODES, RECOMPUTE_CODES
 
 __all__ = [
     "CONSTRAINTS",
@@ -63,8 +63,9 @@ CONSTRAINTS = (
     "reticle_excess_mm2",
 )  # fmt: skip
 _MAPPING = "__mapping__"
-_FLAGS = ("sequence_parallel", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce",
-          "fp32_main_grads")  # fmt: skip
+#: The transformer's mapping knobs other than the structural degrees (which the mapping table
+#: draws jointly): each passed on, encoded by the knob table, where the space varies it.
+_KNOBS = tuple(k for k in knobs_of("transformer") if k.name not in STRUCTURAL)
 _TECH_PREFIXES = {
     "technology": ("core_", "ratio_", "l2_", "l1_", "register_file_"),
     "dram_technology": ("dram_",),
@@ -299,26 +300,27 @@ def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: 
     mapping = dec[_MAPPING][rows]
     for j, degree in enumerate(STRUCTURAL):
         cols[degree] = mapping[:, j].astype(float)
-    for flag in _FLAGS:
-        if flag in names:
-            cols[flag] = _values(space, dec, flag, False, n)[rows].astype(float)
-    if "sequence_parallel" in names:
-        cols["sequence_parallel"] = _sequence_parallel(space, dec, dec[_MAPPING], n)[rows].astype(
-            float
-        )
-    if "activation_recompute" in names:
-        code = np.array([RECOMPUTE_CODES[str(m)] for m in names["activation_recompute"].choices])
-        cols["recompute"] = code[dec["activation_recompute"][rows]]
-    if "cross_entropy" in names:
-        code = np.array([CROSS_ENTROPY_CODES[str(m)] for m in names["cross_entropy"].choices])
-        cols["cross_entropy"] = code[dec["cross_entropy"][rows]]
-    if "zero_stage" in names:
-        cols["zero_stage"] = _values(space, dec, "zero_stage", 0, n)[rows].astype(float)
+    for knob in _KNOBS:
+        if knob.name not in names:
+            continue
+        if knob.name == "sequence_parallel":  # off without tensor parallelism
+            values = _sequence_parallel(space, dec, dec[_MAPPING], n).astype(float)
+        else:
+            values = _encoded(space, dec, knob)
+        cols[knob.column] = values[rows]
     if "global_batch_size" in names:
         cols["global_batch_size"] = _values(space, dec, "global_batch_size", 1, n)[rows].astype(
             float
         )
     return cols
+
+
+def _encoded(space: DesignSpace, dec: dict[str, NDArray[Any]], knob: Knob) -> F:
+    """A mapping knob's column (all decoded rows), encoded by the knob table."""
+    var = space.by_name[knob.name]
+    if var.type in ("categorical", "fixed"):
+        return np.array([knob.encode(c) for c in var.choices], dtype=float)[dec[knob.name]]
+    return np.asarray(dec[knob.name], dtype=float)
 
 
 def _batch_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: I64,
@@ -499,8 +501,6 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
                 else None)  # fmt: skip
         cols = _transformer_inputs(space, dec, rows, n) if _MAPPING in dec else {}
         batch = _values(space, dec, "global_batch_size", scenario.workload.global_batch_size, n)
-        recompute = {v: k for k, v in RECOMPUTE_CODES.items()}
-        losses = {v: k for k, v in CROSS_ENTROPY_CODES.items()}
         for i, row in enumerate(rows):
             system = scenario.system
             if vals is not None:
@@ -510,13 +510,9 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
             mapping = scenario.mapping
             if cols:
                 changes: dict[str, Any] = {d: int(cols[d][i]) for d in STRUCTURAL}
-                for flag in (*_FLAGS, "zero_stage"):
-                    if flag in cols:
-                        changes[flag] = type(getattr(mapping, flag))(cols[flag][i])
-                if "recompute" in cols:
-                    changes["activation_recompute"] = recompute[float(cols["recompute"][i])]
-                if "cross_entropy" in cols:
-                    changes["cross_entropy"] = losses[float(cols["cross_entropy"][i])]
+                for knob in _KNOBS:
+                    if knob.column in cols:
+                        changes[knob.name] = knob.decode(cols[knob.column][i])
                 mapping = dataclasses.replace(mapping, **changes)
             out[row] = dataclasses.replace(scenario, system=system, workload=workload,
                                            mapping=mapping)  # fmt: skip

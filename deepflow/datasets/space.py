@@ -43,7 +43,6 @@ from deepflow.config.specs import (
     POWER_PARTS,
     WORKLOAD_PRECISIONS,
     DesignDeviceSpec,
-    MappingSpec,
     ModelSpec,
     NetworkSpec,
     Scenario,
@@ -117,19 +116,15 @@ class _Domain:
         return " ".join([noun, " and ".join(bounds)]).strip()
 
 
-#: The mapping keys a space may vary (the design-space labeller passes exactly these on).
-MAPPING_KNOBS = (*STRUCTURAL, "sequence_parallel", "flash_attention", "tp_comm_overlap",
-                 "overlap_grad_reduce", "fp32_main_grads", "cross_entropy",
-                 "activation_recompute", "zero_stage")  # fmt: skip
-_KIND_OF_TYPE = {"int": "int", "bool": "bool", "str": "choice"}
+#: The mapping keys a space may vary: the transformer's knobs of the knob table (the
+#: design-space labeller passes exactly these on).
+MAPPING_KNOBS = tuple(k.name for k in mapping_rules.knobs_of("transformer"))
 
 
 def _mapping_domain(name: str) -> _Domain:
-    """A mapping knob's domain from its ``MappingSpec`` declaration (type, range, choices)."""
-    field = next(f for f in dataclasses.fields(MappingSpec) if f.name == name)
-    meta = field.metadata
-    return _Domain(_KIND_OF_TYPE[str(field.type)], "mapping", gt=meta["gt"], ge=meta["ge"],
-                   le=meta["le"], choices=tuple(meta["choices"] or ()))  # fmt: skip
+    """A mapping knob's domain from the knob table (type, range, choices)."""
+    k = mapping_rules.KNOB[name]
+    return _Domain(k.type, "mapping", ge=k.ge, le=k.le, choices=k.choices)
 
 
 def _domains() -> dict[str, _Domain]:

@@ -13,17 +13,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, current_calibration
-from deepflow.config.mapping import valid_mappings
+from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import network_model
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads.transformer import (
-    CROSS_ENTROPY_CODES,
     FULL_RECOMPUTE,
-    MAPPING_COLUMNS,
     NO_RECOMPUTE,
-    RECOMPUTE_CODES,
     SELECTIVE_RECOMPUTE,
     transformer_columns,
     transformer_step,
@@ -32,7 +29,10 @@ from deepflow.oracle.workloads.transformer import (
 __all__ = ["best_mappings", "enumerate_mappings"]
 
 F = NDArray[np.float64]
-_RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
+#: The transformer's knobs (the knob table's); best-mapping chooses all but the framework
+#: switches, and reports what it chose.
+_KNOBS = knobs_of("transformer")
+_CHOSEN = tuple(k for k in _KNOBS if not k.framework)
 
 
 def _divisors(n: int) -> list[int]:
@@ -40,13 +40,15 @@ def _divisors(n: int) -> list[int]:
 
 
 def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
-    """Every valid mapping as columns (see ``MAPPING_COLUMNS``), one row per mapping.
+    """Every valid mapping as the transformer's mapping columns (``MAPPING_COLUMNS``, from the
+    knob table), one row per mapping.
 
     Valid: tensor × pipeline × context × data parallel = devices; tensor parallel divides the
     attention and KV heads; pipeline stages ≤ layers, interleaving divides the layers; context
     parallel divides the sequence; expert parallel divides the experts and data parallel; the
     micro-batch divides the per-replica batch; sequence parallelism only with tensor parallel.
-    The framework switches (fused attention, communication overlap) stay as in the scenario.
+    The framework switches (fused attention, communication overlap), and any knob not
+    enumerated here, stay as in the scenario.
     """
     model = scenario.workload.model
     if not isinstance(model, TransformerSpec):
@@ -79,21 +81,25 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
     none, selective, full = NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE
     recomputes = (none, full) if base.flash_attention else (none, selective, full)
-    flags = (
-        float(base.flash_attention),
-        float(base.tp_comm_overlap),
-        float(base.overlap_grad_reduce),
-        float(base.fp32_main_grads),
-        CROSS_ENTROPY_CODES[base.cross_entropy],
-    )
-    rows: list[tuple[float, ...]] = []
-    for tp, pp, dp, cp, ep, mb, v in structural.tolist():
+    picks: list[tuple[int, float, float, float]] = []  # (structural row, sp, recompute, zero)
+    tp_dp = structural[:, [STRUCTURAL.index("tensor_parallel"), STRUCTURAL.index("data_parallel")]]
+    for row, (tp, dp) in enumerate(tp_dp.tolist()):
         zeros = range(4) if dp > 1 else (0,)
         for sp in (False, True) if tp > 1 else (False,):
             for rc, zero in itertools.product(recomputes, zeros):
-                rows.append((tp, pp, dp, cp, ep, mb, v, float(sp), rc, zero, *flags))
-    table = np.array(rows, dtype=float).reshape(-1, len(MAPPING_COLUMNS))
-    return {name: table[:, i] for i, name in enumerate(MAPPING_COLUMNS)}
+                picks.append((row, float(sp), rc, float(zero)))
+    chosen = np.array(picks, dtype=float).reshape(-1, 4)
+    rows = chosen[:, 0].astype(np.int64)
+    columns = {d: structural[rows, j].astype(float) for j, d in enumerate(STRUCTURAL)}
+    columns["sequence_parallel"] = chosen[:, 1]
+    columns[KNOB["activation_recompute"].column] = chosen[:, 2]
+    columns["zero_stage"] = chosen[:, 3]
+    return {
+        k.column: columns[k.column]
+        if k.column in columns
+        else np.full(len(rows), k.encode(getattr(base, k.name)))
+        for k in _KNOBS
+    }
 
 
 def best_mappings(
@@ -125,18 +131,7 @@ def best_mappings(
     peak = caps.peak_flops * scenario.system.num_devices
     out = []
     for i in order:
-        mapping = {
-            "data_parallel": int(x["data_parallel"][i]),
-            "tensor_parallel": int(x["tensor_parallel"][i]),
-            "pipeline_parallel": int(x["pipeline_parallel"][i]),
-            "context_parallel": int(x["context_parallel"][i]),
-            "expert_parallel": int(x["expert_parallel"][i]),
-            "micro_batch_size": int(x["micro_batch_size"][i]),
-            "virtual_pipeline_stages": int(x["virtual_pipeline_stages"][i]),
-            "sequence_parallel": bool(x["sequence_parallel"][i]),
-            "activation_recompute": _RECOMPUTE_NAMES[float(x["recompute"][i])],
-            "zero_stage": int(x["zero_stage"][i]),
-        }
+        mapping = {k.name: k.decode(x[k.column][i]) for k in _CHOSEN}
         out.append(
             {
                 "mapping": mapping,

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration
+from deepflow.config.mapping import knobs_of
 from deepflow.config.specs import GemmSpec, LstmSpec, MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
@@ -66,29 +67,17 @@ class TransformerWorkload(Workload):
         return _result(transformer_step_one(caps, net, values, calibration=calibration))
 
 
-#: Mapping columns of the CrossFlow kinds: kernel parallelism (RC 0 / CR 1) and its split.
-_PARTITIONS = ("rc", "cr")
 _NET_PER_CASE = ("scale_up_bandwidth_Bps", "scale_out_bandwidth_Bps")
 
 
-def _mapping_columns(mapping: MappingSpec) -> dict[str, float]:
-    return {
-        "data_parallel": float(mapping.data_parallel),
-        "tensor_parallel": float(mapping.tensor_parallel),
-        "pipeline_parallel": float(mapping.pipeline_parallel),
-        "kernel_partition": float(_PARTITIONS.index(mapping.kernel_partition)),
-        "kernel_parallel_dim2": float(mapping.kernel_parallel_dim2),
-    }
+def _mapping_columns(kind: str, mapping: MappingSpec) -> dict[str, float]:
+    """The mapping columns of a kind: its knobs of the knob table, encoded."""
+    return {k.column: k.encode(getattr(mapping, k.name)) for k in knobs_of(kind)}
 
 
-def _mapping_of(row: Mapping[str, float]) -> MappingSpec:
-    return MappingSpec(
-        data_parallel=int(row["data_parallel"]),
-        tensor_parallel=int(row["tensor_parallel"]),
-        pipeline_parallel=int(row["pipeline_parallel"]),
-        kernel_partition=_PARTITIONS[int(row["kernel_partition"])],
-        kernel_parallel_dim2=int(row["kernel_parallel_dim2"]),
-    )
+def _mapping_of(kind: str, row: Mapping[str, float]) -> MappingSpec:
+    """A case's mapping from its kind's mapping columns (the other knobs at their default)."""
+    return MappingSpec(**{k.name: k.decode(row[k.column]) for k in knobs_of(kind)})
 
 
 def _by_rows(
@@ -145,7 +134,7 @@ class _CaseByCase(Workload):
         cols = {f: float(getattr(model, f)) for f in self.fields}
         if self.batched:
             cols["global_batch_size"] = float(workload.global_batch_size)
-        return cols | _mapping_columns(mapping)
+        return cols | _mapping_columns(self.kind, mapping)
 
     def step(
         self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
@@ -154,7 +143,7 @@ class _CaseByCase(Workload):
             shape: dict[str, Any] = {f: int(row[f]) for f in self.fields}
             model = self.spec_class(name="", kind=self.kind, **shape)
             batch = (int(row["global_batch_size"]),) if self.batched else ()
-            return type(self).scalar_step(c, nt, model, _mapping_of(row), *batch)
+            return type(self).scalar_step(c, nt, model, _mapping_of(self.kind, row), *batch)
 
         return _by_rows(caps, net, x, one)
 

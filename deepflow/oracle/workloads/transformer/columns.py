@@ -2,19 +2,20 @@
 
 :data:`MODEL_COLUMNS` and :data:`MAPPING_COLUMNS` are what :func:`transformer_step` takes,
 each an array over n cases; :func:`transformer_values` turns a (model, mapping) into them.
+The mapping columns are the transformer's knobs of the knob table
+(:data:`deepflow.config.mapping.KNOBS`), encoded as it says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import (
-    CROSS_ENTROPY_MODES,
-    RECOMPUTE_MODES,
-    MappingSpec,
-    TransformerSpec,
-)
+from deepflow.config.mapping import KNOB, knobs_of
+from deepflow.config.specs import RECOMPUTE_MODES, MappingSpec, TransformerSpec
 
 __all__ = [
     "CROSS_ENTROPY_CODES",
@@ -45,37 +46,30 @@ MODEL_COLUMNS = (
     "dropout",
     "global_batch_size",
 )
-MAPPING_COLUMNS = (
-    "tensor_parallel",
-    "pipeline_parallel",
-    "data_parallel",
-    "context_parallel",
-    "expert_parallel",
-    "micro_batch_size",
-    "virtual_pipeline_stages",
-    "sequence_parallel",
-    "recompute",
-    "zero_stage",
-    "flash_attention",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "fp32_main_grads",
-    "cross_entropy",
-)
+#: The transformer's mapping knobs (the knob table's) and their input columns.
+_KNOBS = knobs_of("transformer")
+MAPPING_COLUMNS = tuple(k.column for k in _KNOBS)
 #: The ``recompute`` column's code of each ``activation_recompute`` mode, and the codes by name
 #: (what the formulas compare against).
-RECOMPUTE_CODES = {"none": 0.0, "selective": 1.0, "full": 2.0, "selective_op": 3.0}
+RECOMPUTE_CODES = KNOB["activation_recompute"].codes
 NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE, OP_RECOMPUTE = (
     RECOMPUTE_CODES[m] for m in RECOMPUTE_MODES
 )
 #: The ``cross_entropy`` column's code of each mode (index into its bytes per logit).
-CROSS_ENTROPY_CODES = {mode: float(code) for code, mode in enumerate(CROSS_ENTROPY_MODES)}
+CROSS_ENTROPY_CODES = KNOB["cross_entropy"].codes
+
+#: (field, column, encoder) of each mapping knob: the table's encoding, unrolled for the
+#: scalar path (evaluate_one).
+_ENCODE: tuple[tuple[str, str, Callable[[Any], float]], ...] = tuple(
+    (k.name, k.column, k.codes.__getitem__ if k.type == "choice" else float) for k in _KNOBS
+)
 
 
 def transformer_values(
     model: TransformerSpec, mapping: MappingSpec, global_batch_size: int
 ) -> dict[str, float]:
     """One (model, mapping) as floats, keyed by the model and mapping column names."""
+    mapping_values = {column: encode(getattr(mapping, name)) for name, column, encode in _ENCODE}
     return {
         "num_layers": float(model.num_layers),
         "hidden_size": float(model.hidden_size),
@@ -89,22 +83,7 @@ def transformer_values(
         "experts_per_token": float(model.experts_per_token),
         "dropout": float(model.dropout),
         "global_batch_size": float(global_batch_size),
-        "tensor_parallel": float(mapping.tensor_parallel),
-        "pipeline_parallel": float(mapping.pipeline_parallel),
-        "data_parallel": float(mapping.data_parallel),
-        "context_parallel": float(mapping.context_parallel),
-        "expert_parallel": float(mapping.expert_parallel),
-        "micro_batch_size": float(mapping.micro_batch_size),
-        "virtual_pipeline_stages": float(mapping.virtual_pipeline_stages),
-        "sequence_parallel": float(mapping.sequence_parallel),
-        "recompute": RECOMPUTE_CODES[mapping.activation_recompute],
-        "zero_stage": float(mapping.zero_stage),
-        "flash_attention": float(mapping.flash_attention),
-        "tp_comm_overlap": float(mapping.tp_comm_overlap),
-        "overlap_grad_reduce": float(mapping.overlap_grad_reduce),
-        "fp32_main_grads": float(mapping.fp32_main_grads),
-        "cross_entropy": CROSS_ENTROPY_CODES[mapping.cross_entropy],
-    }
+    } | mapping_values
 
 
 def transformer_columns(

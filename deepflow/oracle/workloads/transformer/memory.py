@@ -194,9 +194,7 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
         "optimizer_states": _ADAM_B * n / shard_opt,
         "fsdp_buffers": fsdp,
         "fp8_weight_cache": fp8_cache,
-        "activations": o.where(
-            last_is_peak, _ACTIVATION_OVERHEAD * last_act, _ACTIVATION_OVERHEAD * act
-        ),  # fmt: skip
+        "activations": _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act),
         "logits": o.where(last_is_peak, logits, first_logits),
         "workspace": cal.workspace_B + 0.0 * n,
     }
