@@ -39,6 +39,7 @@ __all__ = [
     "framework",
     "measured_peak_memory",
     "measured_step_time_s",
+    "software_date",
     "source_year",
     "training_case_scenario",
 ]
@@ -77,30 +78,31 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True,
+                             "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
                              "cross_entropy": "vocab_parallel"},
     # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
     # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
     # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
     # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True,
+                             "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
                              "cross_entropy": "vocab_parallel"},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
     "korthikanti2022_table5": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                               "dropout": True, "fp32_main_grads": True,
+                               "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
                              "cross_entropy": "vocab_parallel"},
     # Megatron-Core 2024: TE fused attention; --tp-comm-overlap, --overlap-grad-reduce,
     # --overlap-param-gather listed in the case; distributed optimizer; bf16 training forces
     # fp32 gradient accumulation (Megatron-LM arguments.py).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
-                                "dropout": False, "fp32_main_grads": True,
+                                "dropout": False, "fp32_main_grads": True, "fp8_weight_cache": True,
                                 "cross_entropy": "vocab_parallel"},
     # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
     # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
     "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
-                            "dropout": False, "fp32_main_grads": True, "cross_entropy": "fused"},
+                            "dropout": False, "fp32_main_grads": True, "fp8_weight_cache": True,
+                            "cross_entropy": "fused"},
 }  # fmt: skip
 
 
@@ -253,10 +255,39 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     bf16_grads = ("nemo" in text and year <= 2024) or ("deepspeed" in text and zero in (1, 2))
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
-            "cross_entropy": _cross_entropy(text, year)}  # fmt: skip
+            # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
+            # float8 (torchao, torchtitan) casts per use
+            "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
+            "cross_entropy": _cross_entropy(text, software_date(case))}  # fmt: skip
 
 
-def _cross_entropy(text: str, year: int) -> str:
+def software_date(case: dict[str, Any]) -> tuple[int, int]:
+    """(year, month) of the software a case ran: a nightly's date (``dev20250811``) or an ISO
+    date in ``training.framework_version``; else a PyTorch release (2.7: April 2025, 2.8:
+    August 2025; a pre-release ``a0`` counts as the month before); else a year-month in the
+    source's URL or title (``..._2025-06_...``); else the source's year (January), else 2023."""
+    version = str((case.get("training") or {}).get("framework_version") or "")
+    match = re.search(r"(20[12]\d)-?([01]\d)-?[0-3]\d", version)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    match = re.search(r"torch (\d+)\.(\d+)\.\d+(a0)?", version)
+    if match and (int(match.group(1)), int(match.group(2))) in _TORCH_RELEASES:
+        year, month = _TORCH_RELEASES[(int(match.group(1)), int(match.group(2)))]
+        return (year, month - 1) if match.group(3) else (year, month)
+    source = case.get("source") if isinstance(case.get("source"), dict) else {}
+    stated = f"{source.get('url') or ''} {source.get('title') or ''}"
+    match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)(?!\d)", stated)
+    if match and 1 <= int(match.group(2)) <= 12:
+        return int(match.group(1)), int(match.group(2))
+    return (source_year(case) or 2023, 1)
+
+
+#: PyTorch releases (year, month) by (major, minor): pytorch.org/blog release posts.
+_TORCH_RELEASES = {(2, 4): (2024, 7), (2, 5): (2024, 10), (2, 6): (2025, 1), (2, 7): (2025, 4),
+                   (2, 8): (2025, 8), (2, 9): (2025, 10)}  # fmt: skip
+
+
+def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     """The loss kernel (docs/model.md §C2.4): fused where stated or where it is the framework's
     default (llm-foundry's MPT: flash-attn's fused cross-entropy, ``loss_fn`` default in
     ``llm_foundry/models/mpt/modeling_mpt.py``); Megatron's vocab-parallel one in Megatron and
@@ -265,8 +296,10 @@ def _cross_entropy(text: str, year: int) -> str:
     if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-]loss[_-]fusion|"
                  r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
         return "fused"
-    if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and year >= 2025:
-        return "fused"  # torchtitan (2025) compiles its loss with the model: one Inductor kernel
+    if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and date >= (2025, 4):
+        # torchtitan compiles its loss with the model since April 2025 (pytorch/torchtitan
+        # PR #1033, build_loss_fn): one Inductor kernel, no fp32 copy of the logits
+        return "fused"
     if re.search(r"megatron|nemo|deepspeed", text):
         return "vocab_parallel"
     if re.search(r"torchtitan|fsdp|hugging ?face|transformers|pytorch", text):
@@ -280,9 +313,11 @@ def zero_stage(case: dict[str, Any]) -> int:
     value = training.get("zero_stage")
     if isinstance(value, int | float) and not isinstance(value, bool):
         return int(value)
-    fsdp = training.get("fsdp")
-    if isinstance(fsdp, int | float) and not isinstance(fsdp, bool) and fsdp > 1:
-        return 3  # an FSDP degree: FSDP2's fully_shard (torchtitan's data_parallel_shard)
+    fsdp, cp = training.get("fsdp"), training.get("cp") or 1
+    if isinstance(fsdp, int | float) and not isinstance(fsdp, bool) and fsdp * cp > 1:
+        # an FSDP degree: FSDP2's fully_shard over the FSDP x context-parallel ranks
+        # (torchtitan's dp_shard_cp mesh)
+        return 3
     text = f"{value or ''} {training.get('fsdp_sharding') or ''}".lower()
     if re.search(r"full_shard|zero[- ]?3|stage 3|hybrid_shard", text):
         return 3
@@ -426,17 +461,16 @@ def _case_batch(case: dict[str, Any]) -> float:
     raise ConfigError(f"{_where(case)}: training.global_batch_size is missing.")
 
 
-def _micro_batch(case: dict[str, Any], replicas: int, pp: int) -> int:
-    """The micro-batch: as stated; else, without pipelining, a per-device ``local_batch_size``
-    over the gradient-accumulation steps global / (local × replicas) (torchtitan runs one
-    forward over its local batch); else 1, the Megatron-LM examples' value."""
+def _micro_batch(case: dict[str, Any], pp: int) -> int:
+    """The micro-batch: as stated; else, without pipelining, the per-rank ``local_batch_size``
+    (torchtitan runs one forward over it and accumulates gradients over global / (local × data
+    parallel) of them: ``training.local_batch_size``); else 1, the Megatron-LM examples'."""
     train = case.get("training") or {}
     if train.get("micro_batch_size"):
         return int(train["micro_batch_size"])
     local = train.get("local_batch_size")
     if pp == 1 and isinstance(local, int | float) and local >= 1:
-        steps = max(1, round(_case_batch(case) / (local * replicas)))
-        return max(1, int(local) // steps)
+        return int(local)
     return 1
 
 
@@ -474,6 +508,11 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
         )
     zero = zero_stage(case)
     tp, pp = int(train.get("tp") or 1), int(train.get("pp") or 1)
+    if zero >= 3 and pp > 1 and "torchtitan" in _framework_text(case):
+        # PyTorch's pipelining keeps FSDP2's parameters unsharded and its gradients
+        # accumulating unsharded (fp32 reduce dtype) until a step's last micro-batch
+        # (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync): ZeRO-1 memory
+        zero, flags = 1, {**flags, "fp32_main_grads": True}
     cp = int(train.get("cp") or 1)
     if gpus % (tp * pp * cp):
         raise ConfigError(
@@ -488,7 +527,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     vp = int(train.get("virtual_pipeline_stages") or 1) if pp > 1 else 1
     while vp > 1 and not _interleave_ok(model, pp, vp):
         vp -= 1
-    mb = _micro_batch(case, dp, pp)
+    mb = _micro_batch(case, pp)
     batch = _modelled_batch(case, dp, mb)
     precision = _precision(case, _preset_raw("devices", device_preset))
     raw = {
@@ -516,6 +555,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],
+            "fp8_weight_cache": flags["fp8_weight_cache"],
         },
     }  # fmt: skip
     return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")

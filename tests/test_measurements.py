@@ -17,7 +17,9 @@ from deepflow.measurements import (
     FRAMEWORKS,
     accelerator_presets,
     framework,
+    measured_peak_memory,
     measured_step_time_s,
+    software_date,
     source_year,
     training_case_scenario,
     zero_stage,
@@ -134,6 +136,9 @@ def test_source_year(source: dict, year: int | None) -> None:
         ({"fsdp_sharding": "FULL_SHARD"}, 3),
         ({"fsdp_sharding": "SHARD_GRAD_OP"}, 2),
         ({"zero_stage": "distributed optimizer (Megatron)"}, 1),
+        ({"fsdp": 8}, 3),
+        ({"fsdp": 1, "cp": 8}, 3),  # FSDP2 over the data x context ranks (dp_shard_cp)
+        ({"fsdp": 1}, 0),
         ({}, 0),
     ],
 )
@@ -292,3 +297,87 @@ def test_layout_inconsistencies_give_way_to_the_gpu_count_and_the_layer_count() 
     train["tp"] = 7
     with pytest.raises(ConfigError, match="is not a multiple of tp 7"):
         training_case_scenario(case)
+
+
+# ------------------------------------------------------------------ memory-relevant behaviour
+def _titan(**training: Any) -> dict[str, Any]:
+    """A torchtitan-style Llama 3 8B case on 8 H100s (FSDP), with ``training`` overrides."""
+    base = {
+        "id": "titan", "group": "g", "category": "peak_memory",
+        "source": {"title": "a benchmark", "url": "https://example.org/bench_2025-06.md"},
+        "hardware": {"accelerator": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8},
+        "model": {"type": "Llama 3", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                  "ffn_hidden": 14336, "seq_len": 8192, "vocab": 128256},
+        "training": {"framework": "torchtitan", "num_gpus": 8, "fsdp": 8, "local_batch_size": 2,
+                     "global_batch_size": 16, "activation_recompute": "selective"},
+        "measured": {"peak_memory_gib": 60.0, "memory_kind": "reserved"},
+    }  # fmt: skip
+    base["training"].update(training)
+    return base
+
+
+def test_torchtitan_runs_its_local_batch_with_per_op_recompute_and_fsdp() -> None:
+    m = training_case_scenario(_titan()).mapping
+    assert (m.zero_stage, m.micro_batch_size, m.activation_recompute) == (3, 2, "selective_op")
+    accumulating = training_case_scenario(_titan(global_batch_size=64))
+    assert accumulating.mapping.micro_batch_size == 2  # 4 accumulation steps of the local batch
+    assert accumulating.workload.global_batch_size == 64
+    assert training_case_scenario(_titan(tp=2, num_gpus=16)).mapping.sequence_parallel
+
+
+def test_fsdp_under_pipelining_is_zero1_with_fp32_gradients() -> None:
+    m = training_case_scenario(_titan(pp=2, num_gpus=16)).mapping
+    assert (m.zero_stage, m.fp32_main_grads) == (1, True)
+
+
+@pytest.mark.parametrize(
+    ("framework_text", "compile_", "url", "version", "expected"),
+    [
+        ("torchtitan", True, "bench_2025-06.md", None, "fused"),  # compiled loss (PR #1033)
+        ("torchtitan", True, "bench_2024-12.md", None, "unfused"),
+        ("torchtitan", False, "bench_2025-06.md", None, "unfused"),
+        ("torchtitan", True, "bench.md", "torch 2.7.0a0+git, torchtitan 0.0.2", "unfused"),
+        ("torchtitan", True, "bench.md", "torch 2.9.0.dev20250811", "fused"),
+        ("Megatron-Core", False, "bench.md", None, "vocab_parallel"),
+        ("llm-foundry (Composer, FSDP)", False, "bench.md", None, "fused"),
+    ],
+)
+def test_loss_kernel_from_framework_and_software_date(
+    framework_text: str, compile_: bool, url: str, version: str | None, expected: str
+) -> None:
+    case = _titan(framework=framework_text, torch_compile=compile_, framework_version=version)
+    case["source"]["url"] = f"https://example.org/{url}"
+    assert framework(case)["cross_entropy"] == expected
+
+
+def test_software_date_from_versions_and_source() -> None:
+    assert software_date(_titan(framework_version="torch 2.9.0.dev20250815+cu128")) == (2025, 8)
+    assert software_date(_titan(framework_version="torch 2.7.0a0+gitb98af95")) == (2025, 3)
+    assert software_date(_titan()) == (2025, 6)
+
+
+def test_nemo_2024_keeps_16_bit_gradients_and_te_caches_fp8_weights() -> None:
+    nemo = {"group": "g", "source": {"year": 2024}, "training": {"framework": "NeMo 24.07"}}
+    flags = framework(nemo)
+    assert (flags["fp32_main_grads"], flags["fp8_weight_cache"]) == (False, True)
+    assert framework(_titan())["fp8_weight_cache"] is False
+
+
+def test_measured_peak_memory_units_and_kinds() -> None:
+    assert measured_peak_memory(_titan()) == (60.0 * 2**30, "reserved")
+    decimal = _titan()
+    decimal["measured"] = {"peak_memory_gb": 64.0, "memory_kind": "allocated"}
+    assert measured_peak_memory(decimal) == (64e9, "allocated")
+    with pytest.raises(ConfigError, match=r"case 'titan': measured.peak_memory_gib is missing\."):
+        measured_peak_memory(dict(_titan(), measured={}))
+
+
+def test_validate_scores_a_memory_case_from_any_source(tmp_path: Path) -> None:
+    path = tmp_path / "memory.json"
+    case = _titan()
+    case["hardware"]["memory_gb"] = 96
+    path.write_text(json.dumps([case]), encoding="utf-8")
+    report = validation_report(path)
+    (row,) = report["cases"]
+    assert row["quantity"] == "memory GiB (reserved)" and row["measured"] == 60.0
+    assert row["model"] > 0 and row["feasible"] is True

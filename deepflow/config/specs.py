@@ -261,6 +261,13 @@ class MappingSpec:
         default=True,
         doc="fp32 gradient buffers (Megatron) or 16-bit",
     )
+    fp8_weight_cache: bool = knob(
+        "fp8_weight_cache",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="FP8 weight copies kept per step (Transformer Engine)",
+    )
     cross_entropy: str = knob(
         "cross_entropy",
         workloads=_LLM,

@@ -105,6 +105,7 @@ SPACE = {
             "choices": ["full", "none", "selective", "selective_op"],
         },
         "fp32_main_grads": {"type": "categorical", "choices": [False, True]},
+        "fp8_weight_cache": {"type": "categorical", "choices": [False, True]},
         "cross_entropy": {"type": "categorical", "choices": ["vocab_parallel", "unfused", "fused"]},
         "zero_stage": {"type": "integer", "low": 0, "high": 3},
         "flash_attention": {"type": "categorical", "choices": [True, False]},

@@ -30,7 +30,6 @@ from deepflow.oracle.workloads.transformer.memory import (
 )
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
-GiB = 2**30
 
 
 def llama() -> Scenario:
@@ -207,9 +206,12 @@ def test_peak_memory_measurements_are_scored() -> None:
     from deepflow.validation import score_memory_cases
 
     rows = score_memory_cases()
-    assert len(rows) >= 15 and len({r["group"] for r in rows}) >= 3
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(abs(r["error"]))
+    assert len(rows) >= 15 and len(groups) >= 3
     assert all(r["measured_GiB"] > 0 and r["model_GiB"] > 0 for r in rows)
-    # today's figures (README): a bound so they cannot get worse unnoticed
-    assert np.mean([abs(r["error"]) for r in rows]) <= 0.20
+    # README "Memory": group-weighted mean |error| 9.9 % (target <= 10 %), 13.1 % by row
+    assert np.mean([np.mean(e) for e in groups.values()]) <= 0.10
+    assert np.mean([abs(r["error"]) for r in rows]) <= 0.14
     assert all(r["feasible"] for r in rows)  # every measured run modelled as fitting
-    assert GiB == 2**30

@@ -33,7 +33,7 @@ __all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory"]
 
 F = NDArray[np.float64]
 
-#: Megatron's estimator adds 5 % to activations for temporaries (§C2.5).
+#: Megatron's estimator adds 5 % to activations for temporaries (§C2.3).
 _ACTIVATION_OVERHEAD = 1.05
 #: Bytes per parameter of the 16-bit working weights, the fp32 master weights and Adam's two
 #: fp32 moments (Rajbhandari et al. 2020 §3.1: mixed-precision Adam keeps 2 + 2 + 12 bytes).
@@ -49,7 +49,8 @@ _FSDP_UNITS_IN_FLIGHT = 2.0
 #: gradients 4 + 4), fused (gradient written into the 16-bit logits: 2).
 _LOSS_BYTES_PER_LOGIT = (8.0, 14.0, 2.0)
 #: Transformer Engine keeps an FP8 copy of each weight, cast once per step and cached across
-#: its micro-batches (TE ``Linear`` ``is_first_microbatch``; §C2.1).
+#: its micro-batches (TE ``Linear`` ``is_first_microbatch``; §C2.1); torchao's Float8Linear
+#: casts per use (``fp8_weight_cache`` false).
 _FP8_WEIGHT_CACHE_B = 1.0
 #: DeepSpeed's ZeRO-3 gathers module by module and keeps at most ``stage3_max_live_parameters``
 #: gathered (default 1e9 elements; DeepSpeed configuration docs, ZeRO section; §C2.1).
@@ -172,7 +173,8 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     deepspeed = o.minimum(in_flight, _DEEPSPEED_MAX_LIVE_PARAMS) * 4.0
     blocking = i.x["overlap_grad_reduce"] <= 0
     fsdp = o.where((zero >= 3) & (dp_cp > 1), o.where(blocking, deepspeed, fsdp_units), 0.0)
-    fp8_cache = o.where(fp8 & (zero < 3), _FP8_WEIGHT_CACHE_B * n, 0.0)
+    cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0)
+    fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
     interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
