@@ -274,7 +274,7 @@ def software_date(case: dict[str, Any]) -> tuple[int, int]:
     if match and (int(match.group(1)), int(match.group(2))) in _TORCH_RELEASES:
         year, month = _TORCH_RELEASES[(int(match.group(1)), int(match.group(2)))]
         return (year, month - 1) if match.group(3) else (year, month)
-    source = case.get("source") if isinstance(case.get("source"), dict) else {}
+    source: dict[str, Any] = case["source"] if isinstance(case.get("source"), dict) else {}
     stated = f"{source.get('url') or ''} {source.get('title') or ''}"
     match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)(?!\d)", stated)
     if match and 1 <= int(match.group(2)) <= 12:
