@@ -140,6 +140,16 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         share = seconds / result["step_time_s"] if result["step_time_s"] else 0.0
         table.add_row(name, f"{seconds:.6g}", f"{100 * share:.1f} %")
     console.print(table)
+    terms = {k: v for k, v in result.get("memory_breakdown_B", {}).items() if v > 0}
+    if terms:
+        memory = Table(title="where the memory goes (per device)")
+        memory.add_column("component")
+        memory.add_column("GiB", justify="right")
+        memory.add_column("share", justify="right")
+        for name, nbytes in terms.items():
+            share = nbytes / result["memory_per_device_B"]
+            memory.add_row(name, f"{nbytes / 2**30:.3g}", f"{100 * share:.1f} %")
+        console.print(memory)
     fits = "fits" if result["feasible"] else "does NOT fit"
     console.print(
         f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "

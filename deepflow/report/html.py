@@ -35,6 +35,7 @@ FIGURE_IDS = (
     "fig-breakdown-step-time",
     "fig-breakdown-area",
     "fig-breakdown-power",
+    "fig-breakdown-memory",
     "fig-surrogate",
 )
 

@@ -187,7 +187,8 @@ def _objectives(pareto: dict[str, Any], file: Path) -> tuple[Objective, ...]:
     return tuple(out)
 
 
-_NUMBER_MAPS = ("outputs", "constraints", "breakdown_s", "area_breakdown_mm2", "power_breakdown_W")
+_NUMBER_MAPS = ("outputs", "constraints", "breakdown_s", "area_breakdown_mm2", "power_breakdown_W",
+                "memory_breakdown_B")  # fmt: skip
 
 
 def _designs(

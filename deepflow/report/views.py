@@ -40,7 +40,10 @@ BREAKDOWNS: dict[str, tuple[str, str, str, str]] = {
     "breakdown_s": ("Where the step time goes", "s", "step time (s)", "breakdown_step_time"),
     "area_breakdown_mm2": ("Die area by component", "mm²", "area (mm²)", "breakdown_area"),
     "power_breakdown_W": ("Power by component", "W", "power (W)", "breakdown_power"),
+    "memory_breakdown_B": ("Memory per device", "GiB", "memory (GiB)", "breakdown_memory"),
 }
+#: Breakdowns stored in one unit and drawn in another (bytes in pareto.json, GiB in plots).
+_DRAWN_SCALE = {"memory_breakdown_B": 2.0**-30}
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,8 @@ def breakdown(result: Result, key: str) -> Breakdown | None:
     components: list[str] = []
     for _, parts in rows:
         components.extend(c for c in parts if c not in components)
-    values = np.array([[float(parts.get(c, 0.0)) for c in components] for _, parts in rows])
+    scale = _DRAWN_SCALE.get(key, 1.0)
+    values = np.array([[scale * float(parts.get(c, 0.0)) for c in components] for _, parts in rows])
     nonzero = np.abs(values).sum(axis=0) > 0
     return Breakdown(
         key=key,

@@ -98,6 +98,8 @@ def verify_pareto(
             "breakdown_s": {k: float(v) for k, v in result["breakdown_s"].items()},
             "config": resolved_scenario(scenario),
         }
+        if result["memory_breakdown_B"]:
+            design["memory_breakdown_B"] = dict(result["memory_breakdown_B"])
         area = _area_breakdown(scenario.system.device)
         if area is not None:
             design["area_breakdown_mm2"] = area

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -215,3 +216,18 @@ def test_peak_memory_measurements_are_scored() -> None:
     assert np.mean([np.mean(e) for e in groups.values()]) <= 0.10
     assert np.mean([abs(r["error"]) for r in rows]) <= 0.14
     assert all(r["feasible"] for r in rows)  # every measured run modelled as fitting
+
+
+def test_evaluate_cli_prints_and_emits_the_breakdown() -> None:
+    from typer.testing import CliRunner
+
+    from deepflow.cli import app
+
+    path = str(SCENARIOS / "llama3-8b-h100.yaml")
+    as_json = CliRunner().invoke(app, ["evaluate", path, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.stdout)
+    assert sum(data["memory_breakdown_B"].values()) == pytest.approx(data["memory_per_device_B"])
+    human = CliRunner().invoke(app, ["evaluate", path])
+    assert "where the memory goes (per device)" in human.stdout
+    assert "optimizer_states" in human.stdout

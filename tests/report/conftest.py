@@ -153,6 +153,12 @@ def make_result_dir(
                 "l2": 0.05 * power[i],
                 "other": 0.25 * power[i],
             },
+            "memory_breakdown_B": {
+                "weights": 0.15 * memory[i],
+                "optimizer_states": 0.3 * memory[i],
+                "activations": 0.45 * memory[i],
+                "cuda_context": 0.1 * memory[i],
+            },
             "config": {
                 "system": {
                     "device": {
@@ -177,7 +183,7 @@ def make_result_dir(
                 },
             },
         }
-        for key in ("area_breakdown_mm2", "power_breakdown_W"):
+        for key in ("area_breakdown_mm2", "power_breakdown_W", "memory_breakdown_B"):
             design[key] = {k: float(v) for k, v in design[key].items()}
         if surrogate and trials["source"][i] == "search":
             design["surrogate"] = {

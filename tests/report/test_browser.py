@@ -125,6 +125,7 @@ def test_report_renders_in_headless_chromium(rendered: tuple[Any, Path], tmp_pat
         "fig-breakdown-step-time",
         "fig-breakdown-area",
         "fig-breakdown-power",
+        "fig-breakdown-memory",
         "fig-surrogate",
     }
     for plot, found in scan.found.items():

@@ -34,6 +34,7 @@ def test_cli_writes_report_and_figures(rendered: tuple[Any, Path]) -> None:
     assert f"wrote {folder / 'report.html'}" in result.stdout
     assert sorted(p.name for p in (folder / "figures").iterdir()) == [
         "breakdown_area.png",
+        "breakdown_memory.png",
         "breakdown_power.png",
         "breakdown_step_time.png",
         "hypervolume.png",
@@ -58,6 +59,7 @@ def test_page_has_one_plot_div_per_figure(rendered: tuple[Any, Path]) -> None:
         "fig-breakdown-step-time",
         "fig-breakdown-area",
         "fig-breakdown-power",
+        "fig-breakdown-memory",
         "fig-surrogate",
     ]
 
@@ -120,6 +122,7 @@ def test_two_objectives_no_3d(make_result: Callable[..., Path]) -> None:
         "fig-breakdown-step-time",
         "fig-breakdown-area",
         "fig-breakdown-power",
+        "fig-breakdown-memory",
     ]
     assert "tokens/s ↑" in page  # the maximised objective's direction
     assert 'id="surrogate"' not in page
