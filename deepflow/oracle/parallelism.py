@@ -16,68 +16,117 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import MappingSpec
+from deepflow.config.mapping import KNOB
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.kernels import gemm
 from deepflow.oracle.network import NetworkModel, collective_time_s
 
-__all__ = ["DistGemm", "GroupLayout", "dist_gemm", "group_layout"]
+__all__ = [
+    "DistGemm",
+    "GroupLayout",
+    "KernelMapping",
+    "collective_s",
+    "dist_gemm",
+    "group_layout",
+]
 
 F = NDArray[np.float64]
+I64 = NDArray[np.int64]
+_RC = KNOB["kernel_partition"].codes["rc"]
+
+
+@dataclass(frozen=True)
+class KernelMapping:
+    """The mapping of n cases of a CrossFlow kind (gemm, lstm): integer arrays of n."""
+
+    data_parallel: I64
+    tensor_parallel: I64
+    pipeline_parallel: I64
+    kernel_parallel_dim2: I64
+    rc: NDArray[np.bool_]  #: RC kernel partition (M and N split); False: CR (K split)
+
+    @classmethod
+    def from_columns(cls, x: Mapping[str, Any]) -> KernelMapping:
+        """From the kinds' mapping columns (the knob table's; broadcast to a common length)."""
+        names = ("data_parallel", "tensor_parallel", "pipeline_parallel", "kernel_parallel_dim2",
+                 "kernel_partition")  # fmt: skip
+        cols = np.broadcast_arrays(*(np.asarray(x[KNOB[k].column], dtype=float) for k in names))
+        dp, tp, pp, kp2, partition = (np.atleast_1d(c) for c in cols)
+        return cls(
+            data_parallel=dp.astype(np.int64),
+            tensor_parallel=tp.astype(np.int64),
+            pipeline_parallel=pp.astype(np.int64),
+            kernel_parallel_dim2=kp2.astype(np.int64),
+            rc=partition == _RC,
+        )
+
+    @property
+    def kernel_parallel_dim1(self) -> I64:
+        """RC's M split, tensor_parallel / kernel_parallel_dim2 (CR's K split: tensor_parallel)."""
+        return np.where(self.rc, self.tensor_parallel // self.kernel_parallel_dim2,
+                        self.tensor_parallel)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """Size and stride of each parallel group of a mapping."""
+    """Size and stride of each parallel group of a mapping (integer arrays of n)."""
 
-    tensor: tuple[int, int]
-    kernel_dim1: tuple[int, int]  # RC's M-split group (CR: the whole tensor group)
-    kernel_dim2: tuple[int, int]  # RC's N-split group (innermost)
-    context: tuple[int, int]
-    data: tuple[int, int]
-    pipeline: tuple[int, int]
+    tensor: tuple[I64, I64]
+    kernel_dim1: tuple[I64, I64]  # RC's M-split group (CR: the whole tensor group)
+    kernel_dim2: tuple[I64, I64]  # RC's N-split group (innermost)
+    data: tuple[I64, I64]
+    pipeline: tuple[I64, I64]
 
 
-def group_layout(m: MappingSpec) -> GroupLayout:
-    """(size, stride) of every parallel group, tensor-parallel innermost."""
-    tp, cp, dp, pp = m.tensor_parallel, m.context_parallel, m.data_parallel, m.pipeline_parallel
-    kp2 = m.kernel_parallel_dim2 if m.kernel_partition == "rc" else 1
+def group_layout(m: KernelMapping) -> GroupLayout:
+    """(size, stride) of every parallel group, tensor-parallel innermost (no context split)."""
+    tp, dp, pp = m.tensor_parallel, m.data_parallel, m.pipeline_parallel
+    kp2 = np.where(m.rc, m.kernel_parallel_dim2, 1)
+    one = np.ones_like(tp)
     return GroupLayout(
-        tensor=(tp, 1),
+        tensor=(tp, one),
         kernel_dim1=(tp // kp2, kp2),
-        kernel_dim2=(kp2, 1),
-        context=(cp, tp),
-        data=(dp, tp * cp),
-        pipeline=(pp, tp * cp * dp),
+        kernel_dim2=(kp2, one),
+        data=(dp, tp),
+        pipeline=(pp, tp * dp),
     )
 
 
 @dataclass(frozen=True)
 class DistGemm:
-    """One linear layer C[m, n] = A[m, k] · W[k, n] split over a kernel-parallel group.
+    """n linear layers C[m, n] = A[m, k] · W[k, n], each split over its kernel-parallel group.
 
-    Times in seconds (arrays); ``wgrad_reduce_B`` is the weight-gradient partial sum that must
-    still be reduced over ``wgrad_reduce_group`` once per step (with the data-parallel sync).
+    Times in seconds (arrays of n); ``wgrad_reduce_B`` is the weight-gradient partial sum that
+    must still be reduced over the group of ``wgrad_reduce_size`` ranks at stride
+    ``wgrad_reduce_stride`` once per step (with the data-parallel sync).
     """
 
     forward_s: F
     forward_comm_s: F
     backward_s: F  # dgrad + wgrad GEMMs
     backward_comm_s: F
-    weight_elements_local: float
-    wgrad_reduce_B: float
-    wgrad_reduce_group: tuple[int, int]
+    weight_elements_local: F
+    wgrad_reduce_B: F
+    wgrad_reduce_size: I64
+    wgrad_reduce_stride: I64
+
+
+def _ceil_div(a: I64, b: I64) -> I64:
+    return -(-a // b)
 
 
 def dist_gemm(
     caps: DeviceCaps | Mapping[str, Any],
     net: NetworkModel,
-    m: int,
-    k: int,
-    n: int,
-    mapping: MappingSpec,
+    m: I64,
+    k: I64,
+    n: I64,
+    mapping: KernelMapping,
+    *,
+    backward: bool = True,
 ) -> DistGemm:
-    """A linear layer under CrossFlow's kernel parallelism (docs/model.md §B4.6), fixed.
+    """Linear layers under CrossFlow's kernel parallelism (docs/model.md §B4.6), fixed; every
+    argument may hold n cases (integer shapes, ``caps`` and ``net`` fields of n).
 
     * none (tensor_parallel 1): forward GEMM(m, n, k); backward dgrad GEMM(m, k, n) and wgrad
       GEMM(k, n, m).
@@ -88,40 +137,58 @@ def dist_gemm(
     * CR (K split kp1 ways): forward local GEMM(m, n, k/kp1) then a reduce-scatter of the
       output over kp1; backward all-gathers dC, then local dgrad/wgrad (no weight reduction).
 
-    Non-divisible splits use the largest share (ceil), never CrossFlow's truncation (§B4.6).
+    Each is a local GEMM (M, N, K) — (m, n, k), (m/kp1, n/kp2, k) or (m, n, k/kp1) — with dgrad
+    (M, K, N) and wgrad (K, N, M), all in one batched kernel-model call. Non-divisible splits
+    use the largest share (ceil), never CrossFlow's truncation (§B4.6). With ``backward``
+    False only the forward pass is modelled (the backward fields are NaN).
     """
-    p = float(caps["bytes_per_element"] if isinstance(caps, Mapping) else caps.bytes_per_element)
-    tp = mapping.tensor_parallel
+    p = np.asarray(caps["bytes_per_element"] if isinstance(caps, Mapping)
+                   else caps.bytes_per_element, dtype=float)  # fmt: skip
+    tp, rc = mapping.tensor_parallel, mapping.rc
+    split = tp > 1
     layout = group_layout(mapping)
-    zero = np.zeros(1)
-    if tp == 1:
-        fwd = gemm(caps, m, n, k)["time_s"]
-        bwd = gemm(caps, m, k, n)["time_s"] + gemm(caps, k, n, m)["time_s"]
-        return DistGemm(fwd, zero, bwd, zero, float(k * n), 0.0, (1, 1))
-    if mapping.kernel_partition == "rc":
-        kp1, kp2 = mapping.kernel_parallel_dim1, mapping.kernel_parallel_dim2
-        ml, nl = -(-m // kp1), -(-n // kp2)
-        fwd = gemm(caps, ml, nl, k)["time_s"]
-        fwd_comm = collective_time_s(
-            "all_gather", ml * n * p, kp2, net=net, stride=layout.kernel_dim2[1]
-        )
-        bwd = gemm(caps, ml, k, nl)["time_s"] + gemm(caps, k, nl, ml)["time_s"]
-        bwd_comm = collective_time_s(
-            "all_reduce", ml * k * p, kp2, net=net, stride=layout.kernel_dim2[1]
-        )
-        return DistGemm(
-            fwd,
-            fwd_comm,
-            bwd,
-            bwd_comm,
-            float(k * nl),
-            k * nl * p if kp1 > 1 else 0.0,
-            layout.kernel_dim1,
-        )
-    kp1 = tp
-    kl = -(-k // kp1)
-    fwd = gemm(caps, m, n, kl)["time_s"]
-    fwd_comm = collective_time_s("reduce_scatter", m * n * p, kp1, net=net, stride=1)
-    bwd = gemm(caps, m, kl, n)["time_s"] + gemm(caps, kl, n, m)["time_s"]
-    bwd_comm = collective_time_s("all_gather", m * n * p, kp1, net=net, stride=1)
-    return DistGemm(fwd, fwd_comm, bwd, bwd_comm, float(kl * n), 0.0, (1, 1))
+    kp1, kp2 = mapping.kernel_parallel_dim1, mapping.kernel_parallel_dim2
+    ml, nl, kl = _ceil_div(m, kp1), _ceil_div(n, kp2), _ceil_div(k, tp)
+    rc_split, cr_split = split & rc, split & ~rc
+    m_loc = np.where(rc_split, ml, m)
+    n_loc = np.where(rc_split, nl, n)
+    k_loc = np.where(cr_split, kl, k)
+    # RC: all-gather of the output (ml·n) and all-reduce of dgrad (ml·k) over kp2, stride 1;
+    # CR: reduce-scatter of the output and all-gather of dC (m·n) over kp1, stride 1.
+    group = np.where(rc_split, kp2, np.where(cr_split, tp, 1))
+    fwd_comm = _collective(("all_gather", "reduce_scatter"), rc, np.where(rc, ml * n, m * n) * p,
+                           group, net)  # fmt: skip
+    if not backward:
+        fwd = gemm(caps, m_loc, n_loc, k_loc, detail=False)["time_s"]
+        bwd = bwd_comm = np.full(fwd.shape, np.nan)
+    else:  # forward, dgrad and wgrad GEMMs as one batch (rows are independent)
+        times = gemm(caps, np.stack([m_loc, m_loc, k_loc]), np.stack([n_loc, k_loc, n_loc]),
+                     np.stack([k_loc, n_loc, m_loc]), detail=False)["time_s"]  # fmt: skip
+        fwd, bwd = times[0], times[1] + times[2]
+        bwd_comm = _collective(("all_reduce", "all_gather"), rc,
+                               np.where(rc, ml * k, m * n) * p, group, net)  # fmt: skip
+    wgrad = np.where(rc_split & (kp1 > 1), k * nl * p, 0.0)
+    size, stride = (np.where(rc_split, v, 1) for v in layout.kernel_dim1)
+    return DistGemm(fwd, fwd_comm, bwd, bwd_comm, (k_loc * n_loc).astype(float), wgrad, size,
+                    stride)  # fmt: skip
+
+
+def _collective(names: tuple[str, str], first: NDArray[np.bool_], message_B: F, group: I64,
+                net: NetworkModel) -> F:  # fmt: skip
+    """Each case's collective: ``names[0]`` where ``first``, else ``names[1]`` (stride 1)."""
+    if first.all() or not first.any():
+        kind: str | list[str] = names[0] if first.all() else names[1]
+    else:
+        kind = [names[0] if f else names[1] for f in first.tolist()]
+    return collective_s(kind, message_B, group, net=net, stride=1)
+
+
+def collective_s(kind: str | list[str], message_B: Any, group_size: Any, *, net: NetworkModel,
+                 stride: Any = 1) -> F:  # fmt: skip
+    """:func:`~deepflow.oracle.network.collective_time_s`, not called when no case
+    communicates (every group of one rank or every message empty: 0 s, as it returns)."""
+    message = np.asarray(message_B, dtype=float)
+    group = np.asarray(group_size)
+    if not np.any((group > 1) & (message > 0)):
+        return np.zeros(np.broadcast(message, group).shape)
+    return collective_time_s(kind, message, group, net=net, stride=stride)

@@ -135,21 +135,3 @@ def workload_for(model: Any) -> Workload:
             f"{', '.join(sorted(_REGISTRY))})."
         )
     return found
-
-
-def row_of(obj: Any, i: int, names: tuple[str, ...] | None = None) -> Any:
-    """A frozen dataclass with its per-case fields (arrays of n: design sweeps) replaced by
-    case i: the fields ``names``, or every field that is a one-dimensional array."""
-    fields = (
-        names
-        if names is not None
-        else tuple(
-            f.name for f in dataclasses.fields(obj) if f.init and np.ndim(getattr(obj, f.name)) == 1
-        )
-    )
-    changes = {
-        name: float(np.asarray(getattr(obj, name)).reshape(-1)[i])
-        for name in fields
-        if np.ndim(getattr(obj, name)) > 0
-    }
-    return dataclasses.replace(obj, **changes) if changes else obj

@@ -18,10 +18,9 @@ from deepflow.oracle.workloads.base import (
     StepResult,
     Workload,
     register_workload,
-    row_of,
 )
 from deepflow.oracle.workloads.gemm import gemm_step
-from deepflow.oracle.workloads.lstm import lstm_step
+from deepflow.oracle.workloads.lstm import SHAPE_COLUMNS, lstm_step
 from deepflow.oracle.workloads.transformer import (
     transformer_step,
     transformer_step_one,
@@ -67,66 +66,23 @@ class TransformerWorkload(Workload):
         return _result(transformer_step_one(caps, net, values, calibration=calibration))
 
 
-_NET_PER_CASE = ("scale_up_bandwidth_Bps", "scale_out_bandwidth_Bps")
-
-
 def _mapping_columns(kind: str, mapping: MappingSpec) -> dict[str, float]:
     """The mapping columns of a kind: its knobs of the knob table, encoded."""
     return {k.column: k.encode(getattr(mapping, k.name)) for k in knobs_of(kind)}
 
 
-def _mapping_of(kind: str, row: Mapping[str, float]) -> MappingSpec:
-    """A case's mapping from its kind's mapping columns (the other knobs at their default)."""
-    return MappingSpec(**{k.name: k.decode(row[k.column]) for k in knobs_of(kind)})
+class _CrossFlowKind(Workload):
+    """A CrossFlow kind: a step model over columns of n cases (the model's integer fields, the
+    global batch when ``batched``, and the kind's mapping knobs); one case is a batch of one.
 
-
-def _by_rows(
-    caps: DeviceCaps,
-    net: NetworkModel,
-    x: Mapping[str, F],
-    one: Callable[[DeviceCaps, NetworkModel, dict[str, float]], dict[str, Any]],
-) -> StepResult:
-    """A scalar step model over n cases, one case at a time (per-case devices and links)."""
-    n = max((np.size(v) for v in x.values()), default=1)
-    cols = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in x.items()}
-    rows = [
-        one(
-            row_of(caps, i),
-            row_of(net, i, _NET_PER_CASE),
-            {k: float(v[i]) for k, v in cols.items()},
-        )
-        for i in range(n)
-    ]
-
-    def column(key: str) -> F:
-        return np.array([float(r[key]) for r in rows])
-
-    breakdown = {
-        k: np.array([float(r["breakdown_s"][k]) for r in rows])
-        for k in (rows[0]["breakdown_s"] if rows else {})
-    }
-    return StepResult(
-        step_time_s=column("step_time_s"),
-        breakdown_s=breakdown,
-        memory_per_device_B=column("memory_per_device_B"),
-        model_flops_per_step=column("model_flops_per_step"),
-        tokens_per_step=column("tokens_per_step"),
-        samples_per_step=column("samples_per_step"),
-    )
-
-
-class _CaseByCase(Workload):
-    """A CrossFlow kind: a scalar step model over its model's integer fields, run case by case.
-
-    ``scalar_step(caps, net, model, mapping[, global_batch_size])`` is the kind's model; the
-    global batch is an input column (and its last argument) when ``batched``.
+    ``step_model(caps, net, x)`` is the kind's model.
     """
 
     #: the model spec's fields that are input columns
     fields: ClassVar[tuple[str, ...]]
     #: whether the global batch is an input column
     batched: ClassVar[bool] = False
-    scalar_step: ClassVar[Callable[..., dict[str, Any]]]
+    step_model: ClassVar[Callable[..., dict[str, Any]]]
 
     def columns(self, workload: WorkloadSpec, mapping: MappingSpec) -> dict[str, float]:
         model = workload.model
@@ -139,33 +95,26 @@ class _CaseByCase(Workload):
     def step(
         self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
     ) -> StepResult:
-        def one(c: DeviceCaps, nt: NetworkModel, row: dict[str, float]) -> dict[str, Any]:
-            shape: dict[str, Any] = {f: int(row[f]) for f in self.fields}
-            model = self.spec_class(name="", kind=self.kind, **shape)
-            batch = (int(row["global_batch_size"]),) if self.batched else ()
-            return type(self).scalar_step(c, nt, model, _mapping_of(self.kind, row), *batch)
-
-        return _by_rows(caps, net, x, one)
+        return _result(type(self).step_model(caps, net, x))
 
 
-class GemmWorkload(_CaseByCase):
+class GemmWorkload(_CrossFlowKind):
     """One GEMM, split over devices as CrossFlow's kernel parallelism (:mod:`.gemm`)."""
 
     kind = "gemm"
     spec_class = GemmSpec
     fields = ("m", "k", "n")
-    scalar_step = staticmethod(gemm_step)
+    step_model = staticmethod(gemm_step)
 
 
-class LstmWorkload(_CaseByCase):
+class LstmWorkload(_CrossFlowKind):
     """The DeepFlow paper's LSTM language model (:mod:`.lstm`)."""
 
     kind = "lstm"
     spec_class = LstmSpec
-    fields = ("num_layers", "hidden_size", "vocab_size", "seq_length", "projection_size",
-              "num_gates")  # fmt: skip
+    fields = SHAPE_COLUMNS
     batched = True
-    scalar_step = staticmethod(lstm_step)
+    step_model = staticmethod(lstm_step)
 
 
 for _kind in (TransformerWorkload(), GemmWorkload(), LstmWorkload()):
