@@ -74,35 +74,35 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: the case's own text or docs/model.md §C3.2): fused attention, TP-communication overlap,
 #: data-parallel overlap, dropout in the model. :func:`framework` infers the same flags for
 #: other sources from their text and year; a test checks it reproduces this table.
+#: The memory-relevant and late-added flags, the same for every public group (Megatron-style
+#: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
+_CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True}
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
-                             "cross_entropy": "vocab_parallel"},
+                             "dropout": True, **_CLASSIC, "cross_entropy": "vocab_parallel"},
     # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
     # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
     # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
     # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                             "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
-                             "cross_entropy": "vocab_parallel"},
+                             "dropout": True, **_CLASSIC, "cross_entropy": "vocab_parallel"},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
     "korthikanti2022_table5": {"flash": False, "tp_overlap": False, "dp_overlap": False,
-                               "dropout": True, "fp32_main_grads": True, "fp8_weight_cache": True,
-                             "cross_entropy": "vocab_parallel"},
+                               "dropout": True, **_CLASSIC, "cross_entropy": "vocab_parallel"},
     # Megatron-Core 2024: TE fused attention; --tp-comm-overlap, --overlap-grad-reduce,
     # --overlap-param-gather listed in the case; distributed optimizer; bf16 training forces
-    # fp32 gradient accumulation (Megatron-LM arguments.py).
+    # fp32 gradient accumulation (Megatron-LM arguments.py); pipeline sends overlapped by
+    # default (--overlap-p2p-communication; these runs do not interleave, so it hides nothing).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
-                                "dropout": False, "fp32_main_grads": True, "fp8_weight_cache": True,
+                                "dropout": False, **_CLASSIC, "p2p_overlap": True,
                                 "cross_entropy": "vocab_parallel"},
     # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
     # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
     "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
-                            "dropout": False, "fp32_main_grads": True, "fp8_weight_cache": True,
-                            "cross_entropy": "fused"},
+                            "dropout": False, **_CLASSIC, "cross_entropy": "fused"},
 }  # fmt: skip
 
 
@@ -255,6 +255,9 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     bf16_grads = ("nemo" in text and year <= 2024) or ("deepspeed" in text and zero in (1, 2))
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
+            # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
+            # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
+            "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
             # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
             # float8 (torchao, torchtitan) casts per use
             "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
@@ -556,6 +559,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],
             "fp8_weight_cache": flags["fp8_weight_cache"],
+            "overlap_p2p_comm": flags["p2p_overlap"],
         },
     }  # fmt: skip
     return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")

@@ -253,6 +253,13 @@ class MappingSpec:
         default=True,
         doc="DP comm overlap",
     )
+    overlap_p2p_comm: bool = knob(
+        "overlap_p2p_comm",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="pipeline sends under the interleaved schedule's compute",
+    )
     # What the framework keeps in memory (docs/model.md §C2.1, §C2.4):
     fp32_main_grads: bool = knob(
         "fp32_main_grads",

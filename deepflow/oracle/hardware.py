@@ -489,6 +489,7 @@ class DeviceCaps:
     precision: str
     bytes_per_element: float
     peak_flops: float  # dense matrix-unit FLOP/s at ``precision``
+    peak_flops_16bit: float  # dense matrix-unit FLOP/s at 16 bits (FP8 training's attention)
     vector_flops: float  # non-matrix FP32 FLOP/s (elementwise work)
     num_sms: float
     clock_Hz: float
@@ -537,6 +538,7 @@ def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
     peak = d[f"peak_flops_{precision}"]
     return {
         "peak_flops": peak,
+        "peak_flops_16bit": d["peak_flops_bf16"],
         "vector_flops": np.where(d["peak_flops_fp32"] > 0, d["peak_flops_fp32"], peak / 16.0),
         "num_sms": sms,
         "clock_Hz": d["clock_Hz"],
@@ -585,6 +587,7 @@ def device_caps(
     return DeviceCaps(
         **common,
         peak_flops=peak,
+        peak_flops_16bit=device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak)),
         vector_flops=device.peak_flops.get("fp32", peak / 16.0),
         num_sms=float(device.num_sms),
         clock_Hz=device.clock_Hz,

@@ -106,6 +106,7 @@ SPACE = {
         },
         "fp32_main_grads": {"type": "categorical", "choices": [False, True]},
         "fp8_weight_cache": {"type": "categorical", "choices": [False, True]},
+        "overlap_p2p_comm": {"type": "categorical", "choices": [False, True]},
         "cross_entropy": {"type": "categorical", "choices": ["vocab_parallel", "unfused", "fused"]},
         "zero_stage": {"type": "integer", "low": 0, "high": 3},
         "flash_attention": {"type": "categorical", "choices": [True, False]},

@@ -114,7 +114,10 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     heads_loc = mb * i.a / i.tp
     causal = (1.0 + _FLASH_KV_TILE / s) / 2.0
     attn_flops = 4.0 * heads_loc * s_loc * s * d_h * causal
-    attn_rate = caps.peak_flops * caps.attention_efficiency * caps.training_sustained_fraction
+    # 16-bit in FP8 training: Transformer Engine runs fused attention in BF16 unless FP8
+    # attention is asked for (docs/model.md §C6.4)
+    peak = caps.peak_flops / i.slow16
+    attn_rate = peak * caps.attention_efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     flash_f = o.maximum(attn_flops / attn_rate, qkvo_bytes / hbm_rate) + caps.kernel_launch_s
@@ -164,10 +167,33 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
     bwd_bytes = 2 * (3 + 2 + 3) * unit + 2 * mask + act_bwd + rope
     launches = 5 + swiglu
+    if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
+        cast_f, cast_b = _fp8_casts(i, o)
+        fwd_bytes, bwd_bytes, launches = fwd_bytes + cast_f, bwd_bytes + cast_b, launches + 4
     return Elementwise(
         fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
         bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, launches + 2),
     )
+
+
+#: An FP8 cast with its transpose (Transformer Engine's ``cast_transpose``): read 2 bytes,
+#: write the FP8 copy and its transpose, 1 + 1 (docs/model.md §C6.4).
+_FP8_CAST_BYTES = 4.0
+
+
+def _fp8_casts(i: Inputs, o: Any) -> tuple[Any, Any]:
+    """Bytes of a layer's FP8 casts per micro-batch, forward and backward: the four linear
+    layers' inputs (forward) and output gradients (backward), each cast with its transpose;
+    the weights cast once per step (cached over its micro-batches)."""
+    T, T_e, h, tp = i.T, i.T_e, i.h, i.tp
+    mlp = T * i.ffn / tp * i.topk
+    inputs = 2 * T_e * h + T * i.a * i.d_h / tp + mlp
+    grads = T * (i.a + 2 * i.kv) * i.d_h / tp + 2 * T_e * h + (i.mats - 1) * mlp
+    weights = (h * (i.a + 2 * i.kv) * i.d_h + i.a * i.d_h * h + i.mats * h * i.ffn) / tp
+    # cached for the step (Transformer Engine) or cast again every micro-batch (torchao)
+    casts = o.where(i.x["fp8_weight_cache"] > 0, 1.0 / o.maximum(i.m, 1.0), 1.0)
+    per_step = _FP8_CAST_BYTES * weights * casts
+    return _FP8_CAST_BYTES * inputs + per_step, _FP8_CAST_BYTES * grads
 
 
 class TensorComm(NamedTuple):

@@ -156,7 +156,7 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     dp_cp = i.dp * i.cp
     zero = i.zero
     grad_b = o.where(i.x["fp32_main_grads"] > 0, 4.0, 2.0)
-    fp8 = i.p < 2
+    fp8 = i.fp8
     shard_w = o.where(zero >= 3, dp_cp, 1.0)
     shard_opt = o.where(zero >= 1, dp_cp, 1.0)
     shard_g = o.where(zero >= 2, dp_cp, 1.0)

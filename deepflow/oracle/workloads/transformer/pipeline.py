@@ -29,7 +29,8 @@ def _ends(i: Inputs, o: Any, tp: TensorComm) -> tuple[dict[str, Any], dict[str, 
     # vocab-parallel embedding: gather + all-reduce (reduce-scatter with SP) over TP (§C3.1)
     emb_f = o.mem(2 * T_e * h * p) + o.where(i.sp, tp.reduce_scatter, tp.all_reduce)
     emb_b = o.mem(2 * T_e * h * p)
-    head_f, head_dg, head_wg = o.gemm3(T, i.vocab / i.tp, h, 1.0)
+    # the output layer is no FP8 module (Megatron's ColumnParallelLinear): 16-bit rate (§C6.4)
+    head_f, head_dg, head_wg = (i.slow16 * t for t in o.gemm3(T, i.vocab / i.tp, h, 1.0))
     logits = i.logits
     # final norm, then the unfused vocab-parallel softmax cross-entropy over fp32 logits
     # (Megatron-LM tensor_parallel/cross_entropy.py; PyTorch's under autocast moves as much):
@@ -41,24 +42,31 @@ def _ends(i: Inputs, o: Any, tp: TensorComm) -> tuple[dict[str, Any], dict[str, 
     return first, last
 
 
-def _p2p(i: Inputs, o: Any, tp: TensorComm) -> Any:
-    """Seconds of a stage's boundary sends per micro-batch (forward and backward, v chunks).
+def _p2p(i: Inputs, o: Any, tp: TensorComm, layer: LayerTimes) -> Any:
+    """Exposed seconds of a stage's boundary sends per micro-batch (forward and backward, v
+    chunks).
 
     Megatron's scatter/gather optimisation (default since Narayanan et al. 2021 §4.1): each of
     the t ranks sends 1/t of the boundary activation; the receiving node all-gathers it over
-    its scale-up links (§C3.1). With SP the activation is already split.
+    its scale-up links (§C3.1). With SP the activation is already split. With
+    ``overlap_p2p_comm`` (Megatron-Core's interleaved schedule, ``--overlap-p2p-communication``)
+    each chunk's sends run under the next chunk's compute: only what exceeds it stays exposed.
     """
     p2p_msg = i.T * i.h * i.p / i.tp
     regather = o.where(i.sp, 0.0, tp.all_gather)
     send = o.coll("send_recv", p2p_msg, 2.0, i.st_pp)
-    return o.where(i.pp > 1, 2 * i.v * (send + regather), 0.0)
+    exposed = 2 * i.v * (send + regather)
+    chunk = i.layers_stage / i.v * (layer.fwd + layer.bwd)  # one chunk, forward and backward
+    hidden = o.maximum(2 * (send + regather) - chunk, 0.0) * i.v
+    overlap = (i.x["overlap_p2p_comm"] > 0) & (i.v > 1)
+    return o.where(i.pp > 1, o.where(overlap, hidden, exposed), 0.0)
 
 
 def pipeline_breakdown(i: Inputs, o: Any, layer: LayerTimes, tp: TensorComm) -> dict[str, Any]:
     """The pipelined part of a step, seconds: m micro-batches through the slowest stage, per
     breakdown part, plus ``pipeline_bubble`` = (p − 1)/v × the mean stage (§C4)."""
     first_extra, last_extra = _ends(i, o, tp)
-    p2p = _p2p(i, o, tp)
+    p2p = _p2p(i, o, tp, layer)
     pp = i.pp
 
     per_layer = {k: i.layers_stage * val for k, val in layer.parts.items()}

@@ -27,7 +27,9 @@ class Inputs(NamedTuple):
     """One case (or n cases) of the transformer step, derived once from the input columns."""
 
     x: Mapping[str, Any]  #: the input columns themselves
-    p: Any  #: bytes per element at the workload's precision
+    p: Any  #: bytes per activation element: 16 bits in FP8 training, else the precision's
+    fp8: bool  #: FP8 training: the linear layers' GEMMs in FP8, everything else in 16 bits
+    slow16: Any  #: FP8 peak / 16-bit peak in FP8 training (16-bit matmuls run that much slower); 1
     L: Any  #: layers
     h: Any  #: hidden size
     a: Any  #: attention heads
@@ -76,7 +78,11 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
     T = mb * s_loc
     return Inputs(
         x=x,
-        p=caps.bytes_per_element,
+        # FP8 training (Transformer Engine, torchao) runs only the linear layers' GEMMs in
+        # FP8; activations, attention and communication stay 16-bit (docs/model.md §C6.4)
+        p=max(caps.bytes_per_element, 2.0),
+        fp8=caps.bytes_per_element < 2,
+        slow16=_slow16(caps),
         L=x["num_layers"],
         h=h,
         a=a,
@@ -112,6 +118,16 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         st_dp=tp * cp,
         st_pp=tp * cp * dp,
     )
+
+
+def _slow16(caps: DeviceCaps) -> Any:
+    """How much slower the 16-bit matmuls of FP8 training (attention, the output layer) run
+    than its FP8 GEMMs: the ratio of the two peaks (1 outside FP8 training)."""
+    if caps.bytes_per_element >= 2:
+        return 1.0
+    peak16 = caps.peak_flops_16bit
+    ratio = np.where(np.asarray(peak16) > 0, caps.peak_flops / np.where(peak16 > 0, peak16, 1), 1)
+    return float(ratio) if np.ndim(ratio) == 0 else ratio
 
 
 def params_per_layer(x: Mapping[str, Any], o: Any) -> Any:
