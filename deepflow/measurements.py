@@ -120,6 +120,15 @@ def _where(case: dict[str, Any]) -> str:
     return f"case {case.get('id', '?')!r}"
 
 
+def _devices(case: dict[str, Any]) -> float:
+    """Accelerators of a run: ``training.num_gpus``, or ``num_devices`` (TPU cases)."""
+    train = case.get("training") or {}
+    for key in ("num_gpus", "num_devices"):
+        if train.get(key) is not None:
+            return _number(case, f"training.{key}", train[key])
+    raise ConfigError(f"{_where(case)}: training.num_gpus (or num_devices) is missing.")
+
+
 def _need(case: dict[str, Any], dotted: str) -> Any:
     value: Any = case
     for part in dotted.split("."):
@@ -498,7 +507,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     device_preset, network_preset = accelerator_presets(case)
     train = _need(case, "training")
     flags = framework(case)
-    gpus = int(_number(case, "training.num_gpus", _need(case, "training.num_gpus")))
+    gpus = int(_devices(case))
     stated_per_node = _get(case.get("hardware"), "gpus_per_node")
     node = int(stated_per_node) if isinstance(stated_per_node, int | float) else None
     if node is None:
@@ -634,7 +643,7 @@ def measured_step_time_s(case: dict[str, Any]) -> float:
         if value is not None:
             return _number(case, f"{where}.iteration_time_s", value)
     model = case.get("model") or {}
-    gpus = _number(case, "training.num_gpus", _need(case, "training.num_gpus"))
+    gpus = _devices(case)
     seq = _number(case, "model.seq_len", _need(case, "model.seq_len"))
     batch = train.get("global_batch_size")
     tokens = float(batch) * seq if batch else _get(train, "global_batch_tokens")

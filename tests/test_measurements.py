@@ -381,3 +381,19 @@ def test_validate_scores_a_memory_case_from_any_source(tmp_path: Path) -> None:
     (row,) = report["cases"]
     assert row["quantity"] == "memory GiB (reserved)" and row["measured"] == 60.0
     assert row["model"] > 0 and row["feasible"] is True
+
+
+def test_tpu_cases_count_devices_not_gpus() -> None:
+    case = _titan()
+    case["category"] = "end_to_end_training"
+    case["hardware"] = {"accelerator": "Google Cloud TPU v5e"}
+    case["training"] = {"framework": "MaxText", "num_devices": 256, "fsdp": 256,
+                        "local_batch_size": 4, "global_batch_size": 1024}  # fmt: skip
+    case["measured"] = {"tokens_per_s_per_gpu": 3000.0}
+    scenario = training_case_scenario(case)
+    assert scenario.system.num_devices == 256
+    assert scenario.system.device.name == "tpu-v5e"
+    assert measured_step_time_s(case) == pytest.approx(1024 * 8192 / (3000.0 * 256))
+    del case["training"]["num_devices"]
+    with pytest.raises(ConfigError, match=r"training.num_gpus \(or num_devices\) is missing\."):
+        training_case_scenario(case)
