@@ -115,8 +115,11 @@ def evaluate(
     def body() -> None:
         from deepflow.config import load_scenario
         from deepflow.oracle.evaluate import evaluate_one
+        from deepflow.oracle.version import oracle_version
 
-        _emit(evaluate_one(load_scenario(scenario)), as_json, _print_evaluation)
+        result = evaluate_one(load_scenario(scenario))
+        result["oracle_version"] = oracle_version()
+        _emit(result, as_json, _print_evaluation)
 
     _guard(body)
 
@@ -140,6 +143,10 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         share = seconds / result["step_time_s"] if result["step_time_s"] else 0.0
         table.add_row(name, f"{seconds:.6g}", f"{100 * share:.1f} %")
     console.print(table)
+    framework = result.get("framework")
+    if framework:
+        switches = ", ".join(f"{k} {v}" for k, v in framework["behaviours"].items())
+        console.print(f"framework [bold]{framework['name']}[/bold]: {switches}")
     terms = {k: v for k, v in result.get("memory_breakdown_B", {}).items() if v > 0}
     if terms:
         memory = Table(title="where the memory goes (per device)")

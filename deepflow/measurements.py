@@ -37,6 +37,7 @@ __all__ = [
     "batch_scale",
     "case_category",
     "framework",
+    "framework_profile",
     "measured_peak_memory",
     "measured_step_time_s",
     "software_date",
@@ -319,6 +320,28 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     return "vocab_parallel"
 
 
+def framework_profile(case: dict[str, Any]) -> str | None:
+    """The framework profile (``configs/frameworks/``) a case's text and date name, if any.
+
+    The case's own flags (:func:`framework`) still override the profile's switches: the
+    profile names the stack, the flags say how this run used it.
+    """
+    text, date = _framework_text(case), software_date(case)
+    rules = (
+        ("torchtitan", "torchtitan-2025" if date >= (2025, 4) else "torchtitan-2024"),
+        ("nemo", "nemo-24.07"),
+        ("llm-foundry|llm foundry|composer|\\bmpt\\b", "llm-foundry"),
+        ("maxtext|\\btpu\\b", "maxtext-tpu"),
+        ("deepspeed", "deepspeed-zero3-2021" if zero_stage(case) >= 3 and date < (2022, 1)
+         else None),
+        ("megatron", "megatron-core-2024" if date >= (2023, 1) else "megatron-lm-2021"),
+    )  # fmt: skip
+    for pattern, profile in rules:
+        if re.search(pattern, text):
+            return profile
+    return None
+
+
 def zero_stage(case: dict[str, Any]) -> int:
     """ZeRO stage: a number, FSDP's sharding strategy, or a distributed optimizer (ZeRO-1)."""
     training = case.get("training") or {}
@@ -542,7 +565,9 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     mb = _micro_batch(case, pp)
     batch = _modelled_batch(case, dp, mb)
     precision = _precision(case, _preset_raw("devices", device_preset))
+    profile = framework_profile(case)
     raw = {
+        **({"framework": profile} if profile else {}),
         "system": {"device": _device(case, device_preset, precision),
                    "network": _network(case, network_preset, per_node),
                    "devices_per_node": per_node, "num_nodes": gpus // per_node},

@@ -32,6 +32,7 @@ from deepflow.config.specs import (
     DesignDeviceSpec,
     DeviceSpec,
     DramTechSpec,
+    FrameworkSpec,
     GemmSpec,
     LinkTechSpec,
     LogicTechSpec,
@@ -52,6 +53,7 @@ __all__ = [
     "builtin_config_dir",
     "list_presets",
     "load_device",
+    "load_framework",
     "load_model",
     "load_network",
     "load_scenario",
@@ -63,8 +65,10 @@ __all__ = [
     "scenario_from_mapping",
 ]
 
-PRESET_KINDS = ("devices", "networks", "models", "technologies", "scenarios", "spaces", "studies")
+PRESET_KINDS = ("devices", "networks", "models", "technologies", "frameworks", "scenarios",
+                "spaces", "studies")  # fmt: skip
 _KIND_NOUN = {
+    "frameworks": "framework",
     "devices": "device",
     "networks": "network",
     "models": "model",
@@ -82,7 +86,9 @@ DESIGN_REFS = {
     "scale_up_link": "link",
     "scale_out_link": "link",
 }
-SCENARIO_KEYS = ("system", "workload", "mapping")
+SCENARIO_KEYS = ("system", "workload", "mapping", "framework")
+#: Keys of a framework profile (``configs/frameworks/NAME.yaml``).
+FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "global_batch_size", "precision")
 #: Model spec class per ``kind``; workload kinds registered with the oracle add theirs
@@ -260,8 +266,32 @@ def _resolve(
     raise ctx.invalid(f"a {noun} preset name or a mapping", value)
 
 
+def _framework_from_raw(raw: Mapping[str, Any], ctx: Ctx, name: str) -> FrameworkSpec:
+    """A framework profile: its ``mapping`` sets only the knob table's framework switches; an
+    inline profile may also give them at its top level, over its ``base``
+    (``{base: nemo-24.07, tp_comm_overlap: false}``)."""
+    from deepflow.config.mapping import KNOBS
+
+    switches = [k.name for k in KNOBS if k.framework]
+    check_keys(raw, (*FRAMEWORK_KEYS, *switches), ctx)
+    mapping = {**require_mapping(raw.get("mapping") or {}, ctx.child("mapping")),
+               **{k: v for k, v in raw.items() if k in switches}}  # fmt: skip
+    check_keys(mapping, switches, ctx.child("mapping"))
+    build(MappingSpec, mapping, ctx.child("mapping"))  # each value's type and range
+    sources = raw.get("sources") or []
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise ctx.child("sources").invalid("a list of strings", sources)
+    description = raw.get("description") or ""
+    if not isinstance(description, str):
+        raise ctx.child("description").invalid("a string", description)
+    return FrameworkSpec(name=name, description=description, mapping=tuple(mapping.items()),
+                         sources=tuple(sources))  # fmt: skip
+
+
 def _validate_base(kind: str, raw: Mapping[str, Any], ctx: Ctx, name: str, base_dir: Path) -> None:
-    if kind == "devices":
+    if kind == "frameworks":
+        _framework_from_raw(raw, ctx, name)
+    elif kind == "devices":
         _device_from_raw(raw, ctx, name, base_dir)
     elif kind == "networks":
         _network_from_raw(raw, ctx, name)
@@ -429,6 +459,12 @@ def load_network(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) 
     return _network_from_raw(raw, rctx, name)
 
 
+def load_framework(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) -> FrameworkSpec:
+    """A framework profile from a preset name, a ``.yaml`` path or an inline mapping."""
+    raw, rctx, name = _resolve("frameworks", ref, Ctx("<framework>"), base_dir or Path.cwd())
+    return _framework_from_raw(raw, rctx, name)
+
+
 def load_model(ref: str | Mapping[str, Any], *, base_dir: Path | None = None) -> ModelSpec:
     """A model spec from a preset name, a ``.yaml`` path or an inline mapping."""
     raw, rctx, name = _resolve("models", ref, Ctx("<model>"), base_dir or Path.cwd())
@@ -483,10 +519,17 @@ def scenario_from_mapping(
     rest = {k: v for k, v in wl_raw.items() if k != "model"}
     workload = build(WorkloadSpec, rest, wl_ctx, extra={"model": model})
 
-    mapping = build(
-        MappingSpec, _section(raw, "mapping", top, required=False), top.child("mapping")
-    )
-    scenario = Scenario(system=system, workload=workload, mapping=mapping, source=file)
+    framework = None
+    if raw.get("framework") is not None:
+        f_raw, f_ctx, f_name = _resolve("frameworks", raw["framework"], top.child("framework"),
+                                        base)  # fmt: skip
+        framework = _framework_from_raw(f_raw, f_ctx, f_name)
+    # the profile's framework switches, then the scenario's own mapping keys over them
+    mapping_raw = {**dict(framework.mapping if framework else ()),
+                   **_section(raw, "mapping", top, required=False)}  # fmt: skip
+    mapping = build(MappingSpec, mapping_raw, top.child("mapping"))
+    scenario = Scenario(system=system, workload=workload, mapping=mapping, source=file,
+                        framework=framework)  # fmt: skip
     _check_consistency(scenario, top)
     return scenario
 

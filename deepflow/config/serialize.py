@@ -29,5 +29,8 @@ def to_dict(spec: Any) -> Any:
 def resolved_scenario(scenario: Any) -> dict[str, Any]:
     """The resolved scenario as ``deepflow show`` prints it, with derived system totals."""
     data = to_dict(scenario)
+    if scenario.framework is not None:  # its switches as the mapping they set
+        data["framework"]["mapping"] = dict(scenario.framework.mapping)
+        data["framework"]["sources"] = list(scenario.framework.sources)
     data["derived"] = {"num_devices": scenario.system.num_devices}
     return data

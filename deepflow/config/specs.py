@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from deepflow.config._schema import key, knob
 
@@ -25,6 +26,7 @@ __all__ = [
     "DesignDeviceSpec",
     "DeviceSpec",
     "DramTechSpec",
+    "FrameworkSpec",
     "GemmSpec",
     "LinkTechSpec",
     "LogicTechSpec",
@@ -313,6 +315,19 @@ class SystemSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FrameworkSpec:
+    """A training stack's documented behaviour (``configs/frameworks/``): the values its
+    framework switches of the mapping take unless the scenario's mapping says otherwise."""
+
+    name: str
+    description: str = ""
+    #: (knob, value) for framework switches of the knob table, in the profile's order
+    mapping: tuple[tuple[str, Any], ...] = ()
+    #: where each behaviour is documented (docs, code, papers)
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     """One fully resolved evaluation input."""
 
@@ -320,6 +335,8 @@ class Scenario:
     workload: WorkloadSpec
     mapping: MappingSpec
     source: str = ""
+    #: the training stack's profile, when the scenario names one
+    framework: FrameworkSpec | None = None
 
 
 # ------------------------------------------------------------------------------ technology

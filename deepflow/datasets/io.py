@@ -9,8 +9,6 @@ and the package versions.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import io
 import json
 import os
@@ -28,6 +26,7 @@ from numpy.typing import NDArray
 
 from deepflow import __version__
 from deepflow.errors import ConfigError
+from deepflow.oracle.version import oracle_version
 
 __all__ = [
     "DATASET_FORMAT",
@@ -46,28 +45,6 @@ PROVENANCE_COLUMNS = ("oracle_version", "space_sha256", "seed", "sample_index")
 _REQUIRED_META = ("space_yaml", "space_sha256", "seed", "num_samples", "sampler",
                   "oracle_version", "variables", "versions", "dataset_format")  # fmt: skip
 COMPRESSION = "zstd"
-
-
-def oracle_version() -> str:
-    """``<package version>+<hash>`` of the oracle's sources and the calibration files in use.
-
-    Any edit to ``deepflow/oracle`` or to a calibration file the oracle reads (the built-in
-    one, or its override under ``DEEPFLOW_CONFIG_PATH``) changes it, so datasets and search
-    results record which oracle labelled them and a resumed run refuses to mix two oracles.
-    """
-    from deepflow.config.calibration import calibration_files
-
-    return _oracle_version(calibration_files())
-
-
-@functools.lru_cache(maxsize=8)
-def _oracle_version(calibration: tuple[Path, ...]) -> str:
-    files = sorted((Path(__file__).resolve().parents[1] / "oracle").rglob("*.py"))
-    digest = hashlib.sha256()
-    for f in [*files, *calibration]:
-        digest.update(f.name.encode())
-        digest.update(f.read_bytes() if f.is_file() else b"")
-    return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
 def package_versions() -> dict[str, str]:

@@ -115,7 +115,8 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
-        average power, :func:`average_power_W`, for the whole step). ``calibration``
+        average power, :func:`average_power_W`, for the whole step); ``framework`` (name,
+        description, behaviours) when the scenario names a framework profile. ``calibration``
         defaults to the files in use (:func:`deepflow.config.calibration.current_calibration`).
 
     Raises:
@@ -157,6 +158,19 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "num_devices": system.num_devices,
         "system_power_W": out["system_power_W"],
         "energy_per_step_J": out["energy_per_step_J"],
+        **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
+    }
+
+
+def _framework_summary(scenario: Scenario) -> dict[str, Any]:
+    """The scenario's framework profile: its name, description, and the framework switches
+    the evaluation ran with (the profile's, or the scenario mapping's where it overrides)."""
+    profile = scenario.framework
+    assert profile is not None
+    return {
+        "name": profile.name,
+        "description": profile.description,
+        "behaviours": {k: getattr(scenario.mapping, k) for k, _ in profile.mapping},
     }
 
 
