@@ -113,9 +113,10 @@ class _Stages:
 
 
 def _stage_grid(num_layers: I64, pipeline_parallel: I64) -> _Stages:
+    """The stages of n cases (:func:`lstm_stages`, tested equal)."""
     pp = pipeline_parallel[:, None]
     layers_total = num_layers[:, None]
-    s = np.arange(int(pipeline_parallel.max()))[None, :]
+    s = np.arange(int(pipeline_parallel.max(initial=1)))[None, :]
     per = -(-layers_total // np.maximum(pp - 2, 1))  # layers per middle stage (pp >= 3)
     middle = np.clip(layers_total - per * (s - 1), 0, per) * ((s >= 1) & (s <= pp - 2))
     layers = np.where(pp <= 2, np.where(s == 0, layers_total, 0), middle)
@@ -136,7 +137,7 @@ def _reduce_s(net: NetworkModel, mapping: KernelMapping, params_local: F, wgrad_
     dp = mapping.data_parallel
     size, stride = group_layout(mapping).data
     data_s = collective_s("all_reduce", params_local * p, size, net=net, stride=stride)
-    reduce_s = np.where(dp > 1, 0.0 + data_s, 0.0)
+    reduce_s = np.where(dp > 1, data_s, 0.0)
     wgrad_s = collective_s("all_reduce", wgrad_B, wgrad_group[0], net=net,
                            stride=wgrad_group[1])  # fmt: skip
     return np.where(wgrad_B > 0, reduce_s + wgrad_s, reduce_s)
@@ -195,8 +196,8 @@ def lstm_step(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> dict[s
             mapping columns (:class:`~deepflow.oracle.parallelism.KernelMapping`).
     """
     mapping = KernelMapping.from_columns(x)
-    n = mapping.rc.shape
-    shape = {c: np.broadcast_to(np.asarray(x[c], dtype=float), n).astype(np.int64)
+    cases = mapping.rc.shape
+    shape = {c: np.broadcast_to(np.asarray(x[c], dtype=float), cases).astype(np.int64)
              for c in (*SHAPE_COLUMNS, "global_batch_size")}  # fmt: skip
     p = caps.bytes_per_element
     dp, pp, tp = mapping.data_parallel, mapping.pipeline_parallel, mapping.tensor_parallel
@@ -214,7 +215,7 @@ def lstm_step(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> dict[s
 
     breakdown: dict[str, F] = {}
     phase_end: dict[str, F] = {}
-    bwd_stage = np.zeros(stages.valid.shape)
+    stage_total: dict[str, F] = {}
     for phase, label in (("fwd", "forward"), ("bwd", "backward")):
         compute = _stage_sums(stages, blocks, f"{phase}_s")
         comm = _stage_sums(stages, blocks, f"{phase}_comm_s") + transfer
@@ -227,9 +228,10 @@ def lstm_step(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> dict[s
         breakdown[f"{label}_communication"] = steps * comm_s
         breakdown[f"{label}_pipeline_bubble"] = (pp - 1) * (compute_s + comm_s)
         phase_end[phase] = (steps + pp - 1) * (compute_s + comm_s)
-        bwd_stage = total
+        stage_total[phase] = total
 
-    exposed, update_s = _gradient_sync(caps, stages, blocks, bwd_stage, phase_end["bwd"], p)
+    exposed, update_s = _gradient_sync(caps, stages, blocks, stage_total["bwd"], phase_end["bwd"],
+                                       p)  # fmt: skip
     breakdown["gradient_sync_exposed"] = np.maximum(exposed, 0.0)
     breakdown["weight_update"] = update_s
     step = phase_end["fwd"] + phase_end["bwd"] + breakdown["gradient_sync_exposed"] + update_s
