@@ -60,7 +60,8 @@ _GROUP_CATEGORY = {
 #: of its usual node). Variants that share a die share a preset; the case's own memory and peak
 #: override the preset's (:func:`_device`).
 ACCELERATORS: tuple[tuple[str, str, str], ...] = (
-    (r"gb[23]00", "gb200", "gb200-nvl72"),
+    (r"gb300", "gb300", "gb200-nvl72"),  # GB300 NVL72: the same NVLink 5 rack fabric
+    (r"gb200", "gb200", "gb200-nvl72"),
     (r"\bb[23]00", "b200", "dgx-b200"),
     (r"gh200|h200", "h200-sxm-141gb", "dgx-h100"),
     (r"h100|h800", "h100-sxm5-80gb", "dgx-h100"),

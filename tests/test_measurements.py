@@ -46,6 +46,7 @@ def _case(group: str = "llm_foundry_a100_80", index: int = 0) -> dict[str, Any]:
         ("NVIDIA GH200 480GB", "h200-sxm-141gb", "dgx-h100"),
         ("NVIDIA B200", "b200", "dgx-b200"),
         ("NVIDIA GB200 NVL72", "gb200", "gb200-nvl72"),
+        ("NVIDIA GB300 NVL72", "gb300", "gb200-nvl72"),
         ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb", "dgx-v100"),
         ("Google TPU v4", "tpu-v4", "tpu-v4-pod"),
         ("TPU v5e", "tpu-v5e", "tpu-v5e-pod"),
