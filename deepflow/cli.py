@@ -8,6 +8,7 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -15,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from deepflow import CONTRACT_VERSION, __version__
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError, DeepflowError, PlausibilityWarning
 
 __all__ = ["app", "main"]
 
@@ -32,16 +33,38 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
 def _guard(fn: Callable[[], T]) -> T:
-    """Run a command body; map deepflow errors to the contract's exit codes."""
+    """Run a command body; map deepflow errors to the contract's exit codes. Plausibility
+    warnings print as ``warning:`` lines; numpy's floating-point warnings never print (the
+    oracle turns NaN/inf into infeasible rows)."""
     try:
-        return fn()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", PlausibilityWarning)
+            warnings.filterwarnings("ignore", r".* encountered in ", RuntimeWarning)
+            warnings.showwarning = _show_warning
+            return fn()
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except DeepflowError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+
+
+#: Fewer rows cannot be split into a training set and a held-out set worth scoring.
+MIN_FIT_ROWS = 10
+
+
+def _check_out_suffix(out: Path, suffix: str, what: str) -> None:
+    """``--out`` must end in ``suffix`` (a file of that kind); with none, be no file (a folder)."""
+    if suffix and out.suffix.lower() != suffix:
+        raise ConfigError(f"--out {out}: writes {what}; give a name ending in {suffix}.")
+    if not suffix and out.is_file():
+        raise ConfigError(f"--out {out}: is a file; {what} is written to a folder.")
 
 
 @app.callback(invoke_without_command=True)
@@ -140,13 +163,18 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         share = seconds / result["step_time_s"] if result["step_time_s"] else 0.0
         table.add_row(name, f"{seconds:.6g}", f"{100 * share:.1f} %")
     console.print(table)
-    fits = "fits" if result["feasible"] else "does NOT fit"
+    fits = "fits" if result["memory_excess_B"] <= 0 else "does NOT fit"
     console.print(
         f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "
         f"{result['memory_capacity_B'] / 2**30:.2f} GiB per device ({fits}); "
         f"system power {result['system_power_W'] / 1e3:.3g} kW, "
         f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step"
     )
+    if not result["feasible"]:
+        why = ", ".join(f"{name} {result['constraints'][name]:.6g}"
+                        for name in result["violated_constraints"])  # fmt: skip
+        console.print(f"[bold red]infeasible[/bold red]: {why} (each must be <= 0)",
+                      highlight=False)  # fmt: skip
 
 
 @app.command("best-mapping")
@@ -202,7 +230,10 @@ def validate(
     def body() -> None:
         from deepflow.validation import validation_report
 
-        _emit(validation_report(cases), as_json, _print_validation)
+        report = validation_report(cases)
+        if not report["cases"] and not report["skipped"]:
+            raise ConfigError(f"{cases}: holds no measurement cases; give at least one.")
+        _emit(report, as_json, _print_validation)
 
     _guard(body)
 
@@ -280,6 +311,8 @@ def sample(
 
         from deepflow.datasets import sample as run_sample
 
+        _check_out_suffix(out, ".parquet", "a Parquet file")
+
         class RowsPerSecond(ProgressColumn):
             """Rows computed in this run (not those kept from an interrupted one) per second."""
 
@@ -344,9 +377,16 @@ def fit(
         from deepflow.surrogate import fit_surrogate, surrogate_class
 
         surrogate_class(surrogate)  # reject an unknown name before reading the data
+        _check_out_suffix(out, "", "the surrogate")
         names = [t.strip() for arg in targets for t in arg.split(",") if t.strip()] if (
             targets) else None  # fmt: skip
-        model, report = fit_surrogate(load(data), surrogate, targets=names,
+        df = load(data)
+        if len(df) < MIN_FIT_ROWS:
+            raise ConfigError(
+                f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
+                f"train, 20 % to score); need at least {MIN_FIT_ROWS}."
+            )
+        model, report = fit_surrogate(df, surrogate, targets=names,
                                       max_train_rows=max_rows, random_state=seed)  # fmt: skip
         report["out"] = str(model.save(out))
         _emit(report, as_json, _print_fit)
@@ -392,14 +432,16 @@ def query(
     def body() -> None:
         from deepflow.datasets import load
         from deepflow.surrogate import SurrogateModel, read_points
+        from deepflow.surrogate.points import points_from_table
 
         if points.suffix.lower() in (".yaml", ".yml"):
             model = SurrogateModel.load(model_dir)
             df = read_points(points, model)
         else:
-            df = load(points, validate=False)
-            space = str(df.attrs.get("deepflow", {}).get("space_sha256", ""))
+            table = load(points, validate=False)
+            space = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
             model = SurrogateModel.load(model_dir, space_sha256=space or None)
+            df = points_from_table(table, model, file=str(points))
         pred = model.predict(df)
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
                 for r in pred.to_dict(orient="records")]  # fmt: skip
@@ -550,6 +592,7 @@ def search(
 
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
+        _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
             outcome = search_study(study, out_dir, storage=storage, progress=progress)
@@ -580,6 +623,7 @@ def run(
 
         study = load_study(study_path)
         out_dir = out or Path("results") / study.name
+        _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
             outcome = run_study(study, out_dir, storage=storage, progress=progress)
@@ -611,6 +655,8 @@ def report(
     def body() -> None:
         from deepflow.report import write_report
 
+        if out is not None:
+            _check_out_suffix(out, ".html", "an HTML page")
         path = write_report(result_dir, out)
         typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeepflowError", "ReportError"]
+__all__ = ["ConfigError", "DeepflowError", "PlausibilityWarning", "ReportError"]
 
 
 class DeepflowError(Exception):
@@ -23,4 +23,14 @@ class ReportError(ConfigError):
     Bad input like any ``ConfigError`` (the CLI exits with 2); the message names the file and
     what is wrong, e.g. ``results/pareto.json: objectives[0].direction must be one of minimize,
     maximize; got 'min'.``
+    """
+
+
+class PlausibilityWarning(UserWarning):
+    """An input far outside any real device or run, most often a unit slip (not an error).
+
+    The message names the file and the dotted key, and the unit the value looks like, e.g.
+    ``s.yaml: system.device.hbm_bandwidth_GBps = 3.35 is far outside the range of real devices
+    (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).`` The CLI prints it as a
+    ``warning:`` line.
     """
