@@ -53,6 +53,18 @@ def _guard(fn: Callable[[], T]) -> T:
     except DeepflowError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+    except OSError as exc:  # a disk, permission or storage error: the path and the cause
+        typer.echo(f"error: {_os_error(exc)}", err=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _os_error(exc: OSError) -> str:
+    """``PATH: cause.`` of an OS error (both paths of a rename)."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return f"{cause}."
+    second = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+    return f"{exc.filename}{second}: {cause}."
 
 
 #: Fewer rows cannot be split into a training set and a held-out set worth scoring.
@@ -61,6 +73,9 @@ MIN_FIT_ROWS = 10
 
 def _check_out_suffix(out: Path, suffix: str, what: str) -> None:
     """``--out`` must end in ``suffix`` (a file of that kind); with none, be no file (a folder)."""
+    for parent in out.parents:
+        if parent.is_file():
+            raise ConfigError(f"--out {out}: {parent} is a file, not a folder.")
     if suffix and out.suffix.lower() != suffix:
         raise ConfigError(f"--out {out}: writes {what}; give a name ending in {suffix}.")
     if not suffix and out.is_file():
@@ -559,6 +574,15 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
         typer.echo(f"surrogate vs oracle on the front (mean |error|): {errs}")
 
 
+def _result_lock(out_dir: Path) -> Any:
+    """The lock of a result folder (``<folder>.lock`` next to it): one search or run at a
+    time writes it."""
+    from deepflow.lock import hold_lock
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return hold_lock(out_dir, what=f"result folder {out_dir}")
+
+
 _ResultFolder = Annotated[
     Path | None, typer.Option("--out", help="Result folder (default: results/STUDY).")
 ]
@@ -595,7 +619,8 @@ def search(
         _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
-            outcome = search_study(study, out_dir, storage=storage, progress=progress)
+            with _result_lock(out_dir):
+                outcome = search_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
         if as_json:
@@ -626,7 +651,8 @@ def run(
         _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
-            outcome = run_study(study, out_dir, storage=storage, progress=progress)
+            with _result_lock(out_dir):
+                outcome = run_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
         _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)

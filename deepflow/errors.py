@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeepflowError", "PlausibilityWarning", "ReportError"]
+__all__ = [
+    "ConfigError",
+    "DeepflowError",
+    "LockedError",
+    "PlausibilityWarning",
+    "ReportError",
+    "StorageError",
+]
 
 
 class DeepflowError(Exception):
@@ -34,3 +41,12 @@ class PlausibilityWarning(UserWarning):
     (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).`` The CLI prints it as a
     ``warning:`` line.
     """
+
+
+class StorageError(DeepflowError):
+    """An OS, disk or permission error on a path (exit 1): the message names the path and the
+    cause, e.g. ``out.parquet.parts: No space left on device``."""
+
+
+class LockedError(DeepflowError):
+    """An output another running deepflow process holds (exit 1); the message names it."""

@@ -200,3 +200,164 @@ def test_validate_with_no_cases(tmp_path: Path) -> None:
     assert result.output.strip() == (
         f"error: {cases}: holds no measurement cases; give at least one."
     )
+
+
+# ------------------------------------------------------------------------------ storage
+SPACE = REPO / "configs" / "spaces" / "mapping-spec.yaml"
+
+
+def test_out_under_a_file(tmp_path: Path) -> None:
+    taken = tmp_path / "file"
+    taken.write_text("x")
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["run", str(study), "--out", str(taken / "sub")])
+    assert result.exit_code == 2
+    sub = taken / "sub"
+    assert result.output.strip() == f"error: --out {sub}: {taken} is a file, not a folder."
+
+
+def test_a_full_disk_keeps_only_resumable_chunks(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import engine, sample
+    from deepflow.errors import StorageError
+
+    out = tmp_path / "d.parquet"
+    real = engine.write_atomic
+    calls = {"chunks": 0}
+
+    def full_after_one_chunk(path: Path, data: bytes) -> None:
+        if path.name.startswith("chunk-"):
+            calls["chunks"] += 1
+            if calls["chunks"] == 2:
+                raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(engine, "write_atomic", full_after_one_chunk)
+    parts = tmp_path / "d.parquet.parts"
+    with pytest.raises(StorageError) as err:
+        sample(SPACE, num_samples=12, out=out, chunk_size=4, workers=1)
+    assert str(err.value) == (
+        f"{parts / 'chunk-000001.parquet'}: No space left on device; 1 finished chunk(s) are "
+        f"kept in {parts} for --resume (delete it to start over)."
+    )
+    assert sorted(p.name for p in parts.iterdir()) == ["chunk-000000.parquet", "manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet.parts"]  # no lock, no tmp
+    monkeypatch.setattr(engine, "write_atomic", real)
+    resumed = sample(SPACE, num_samples=12, out=out, chunk_size=4, workers=1, resume=True)
+    assert resumed.resumed_rows == 4 and out.is_file() and not parts.exists()
+
+
+def test_a_full_disk_before_any_chunk_leaves_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import engine
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(engine, "write_atomic", full)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 1
+    manifest = tmp_path / "d.parquet.parts" / "manifest.json"
+    assert result.output.strip() == f"error: {manifest}: No space left on device."
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    import deepflow.lock
+
+    def denied(path: Any, *args: Any) -> int:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(deepflow.lock.os, "open", denied)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {out}.lock: Permission denied."
+    _no_traceback(result)
+
+
+def test_an_os_error_anywhere_in_a_command_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    import deepflow.oracle.evaluate
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(5, "Input/output error", "/dev/sdz")
+
+    monkeypatch.setattr(deepflow.oracle.evaluate, "evaluate_one", broken)
+    result = runner.invoke(app, ["evaluate", str(REPO / "configs/scenarios/lstm-a100.yaml")])
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: /dev/sdz: Input/output error."
+
+
+@pytest.fixture
+def live_pid() -> Any:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_sample_on_one_output_names_the_first(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "d.parquet"
+    lock = tmp_path / "d.parquet.lock"
+    lock.write_text(f"{live_pid}\ndeepflow sample x.yaml --out {out}\n")
+    for extra in ([], ["--resume"]):
+        result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out",
+                                     str(out), "--workers", "1", *extra])  # fmt: skip
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            f"error: dataset {out} is being written by process {live_pid} (deepflow sample "
+            f"x.yaml --out {out}); wait for it to finish or stop it (lock {lock})."
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet.lock"]
+
+
+def test_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a process that is gone (as after kill -9)
+    out = tmp_path / "d.parquet"
+    (tmp_path / "d.parquet.lock").write_text(f"{proc.pid}\ndeepflow sample\n")
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet"]
+
+
+def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "res"
+    lock = tmp_path / "res.lock"
+    lock.write_text(f"{live_pid}\ndeepflow run\n")
+    study = REPO / "configs" / "studies" / "default.yaml"
+    for command in ("search", "run"):
+        result = runner.invoke(app, [command, str(study), "--out", str(out)])
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            f"error: result folder {out} is being written by process {live_pid} (deepflow "
+            f"run); wait for it to finish or stop it (lock {lock})."
+        )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path, damage: str) -> None:
+    from deepflow.datasets import sample
+
+    data = tmp_path / "d.parquet"
+    sample(SPACE, num_samples=40, out=data, seed=0, workers=1)
+    model = tmp_path / "m"
+    fitted = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
+    assert fitted.exit_code == 0, fitted.output
+    weights = model / "model" / "weights.joblib"
+    weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:100])
+    result = runner.invoke(app, ["query", str(model), str(data)])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert line.startswith(f"error: {model / 'model'}: cannot read the surrogate's weights (")
+    assert line.endswith("); the file is damaged: refit the model.")
+    assert "\n" not in line

@@ -12,6 +12,7 @@ moment therefore resumes to a file identical, row for row, to an uninterrupted r
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -41,7 +42,8 @@ from deepflow.datasets.io import (
 )
 from deepflow.datasets.label import arrow_schema, cube_rows, label_points, output_names
 from deepflow.datasets.space import DesignSpace, load_space, space_from_text
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError, DeepflowError, StorageError
+from deepflow.lock import hold_lock
 
 __all__ = ["BACKENDS", "SampleResult", "sample"]
 
@@ -323,6 +325,39 @@ def sample(
     version = oracle_version()
     schema = arrow_schema(loaded)  # evaluates the base once: fails here, before any write
     params = _run_parameters(loaded, seed, num_samples, size, version)
+    try:
+        with hold_lock(out_path, what=f"dataset {out_path}"):
+            return _sample_locked(loaded, out_path, params, backend=backend, workers=workers,
+                                  resume=resume, address=address, schema=schema,
+                                  progress=progress)  # fmt: skip
+    except OSError as exc:
+        raise _storage_error(exc, out_path) from None
+
+
+def _storage_error(exc: OSError, out: Path) -> StorageError:
+    """An OS error of a run as one line naming the path and the cause. Finished chunks stay
+    in the parts folder for ``--resume``; a parts folder with none is removed."""
+    where = exc.filename if exc.filename is not None else out
+    cause = exc.strerror or str(exc)
+    parts = _parts_dir(out)
+    try:
+        chunks = len(json.loads((parts / MANIFEST).read_text(encoding="utf-8"))["chunks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        chunks = 0
+    if not chunks:
+        shutil.rmtree(parts, ignore_errors=True)
+        return StorageError(f"{where}: {cause}.")
+    return StorageError(
+        f"{where}: {cause}; {chunks} finished chunk(s) are kept in {parts} for --resume "
+        "(delete it to start over)."
+    )
+
+
+def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], *, backend: str,
+                   workers: int, resume: bool, address: str | None, schema: pa.Schema,
+                   progress: Progress | None) -> SampleResult:  # fmt: skip
+    num_samples, seed, size = params["num_samples"], params["seed"], params["chunk_size"]
+    version = params["oracle_version"]
     parts = _parts_dir(out_path)
     if resume and not parts.exists() and _finished(out_path, params):
         return SampleResult(path=out_path, num_rows=num_samples,
@@ -352,7 +387,7 @@ def sample(
         else _run_ray(job, pending, workers, address) if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
-    with _Assembly(loaded, parts, chunks, schema, params) as assembly:
+    with _Assembly(loaded, parts, chunks, schema, params) as assembly, _closing(results):
         assembly.append_ready(done)
         for index, data, table in results:
             footer = pq.read_metadata(pa.BufferReader(data))
@@ -371,6 +406,18 @@ def sample(
     return SampleResult(path=out_path, num_rows=num_samples, num_feasible=feasible,
                         num_chunks=len(chunks), resumed_rows=resumed,
                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _closing(results: Iterable[Result]) -> Iterator[None]:
+    """Close a backend's result generator however the loop ends, so that its worker pool
+    (joblib/loky, Ray) shuts down with the run instead of computing on."""
+    try:
+        yield
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
 
 
 def _finished(out: Path, params: dict[str, Any]) -> bool:

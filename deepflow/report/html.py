@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deepflow.errors import ReportError
+from deepflow.errors import ReportError, StorageError
 from deepflow.report.results import Result, load_result
 from deepflow.report.style import axis_label, component_colors, fmt, split_unit
 from deepflow.report.views import (
@@ -152,8 +152,8 @@ def write_report(
             for png in pngs:
                 os.replace(png, figure_dir / png.name)
         os.replace(tmp_html, out_path)
-    except OSError as exc:
-        raise ReportError(f"{out_path}: cannot write the report ({exc}).") from None
+    except OSError as exc:  # a disk or permission error: exit 1, not bad input
+        raise StorageError(f"{out_path}: cannot write the report ({exc}).") from None
     finally:
         tmp_html.unlink(missing_ok=True)
         if tmp_dir is not None:

@@ -184,7 +184,10 @@ class SurrogateModel:
             try:
                 classifier = joblib.load(p / "feasibility.joblib")
             except Exception as exc:  # a damaged pickle raises many types
-                raise ConfigError(f"{p}: cannot read feasibility.joblib ({exc}).") from exc
+                raise ConfigError(
+                    f"{p}: cannot read feasibility.joblib ({str(exc) or type(exc).__name__}); "
+                    "the file is damaged: refit the model."
+                ) from exc
         kept = ("metrics", "fit_seconds", "num_train", "oracle_version", "seed", "variables",
                 "space_yaml")  # fmt: skip
         info = {k: v for k, v in meta.items() if k in kept}
