@@ -8,6 +8,7 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -349,6 +350,13 @@ def sample(
             else:
                 bar.update(task_ids[0], completed=done)
 
+        import signal
+
+        def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
+            raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, stop)
         try:
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -118,6 +119,29 @@ def _warm_up(job: _Job) -> None:
     output_names(_worker_space(job.text, job.file, job.base_dir, job.config_path))
 
 
+#: How often a worker checks that the run that started it is still there.
+_PARENT_POLL_s = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: end this process as soon as the run ``parent`` is gone.
+
+    A run killed with SIGKILL cannot stop its pool; its workers would compute (or wait for
+    work) on for minutes and keep the pool's resource trackers alive. A daemon thread here
+    notices the parent's death (the worker is handed to another parent, so its parent id
+    changes) and exits.
+    """
+    if os.getppid() != parent:  # the run died while this worker was starting
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="deepflow-parent-watch", daemon=True).start()
+
+
 @functools.cache
 def _reuse_freed_memory() -> None:
     """Let this worker process's malloc keep freed memory for the next large arrays.
@@ -161,7 +185,8 @@ def _run_local(job: _Job, chunks: list[Chunk], workers: int,
             yield delayed(compute_chunk)(job, index, start, stop, u)
 
     parallel = Parallel(n_jobs=workers, backend="loky", batch_size=1,
-                        return_as="generator_unordered")  # fmt: skip
+                        return_as="generator_unordered", initializer=_die_with_parent,
+                        initargs=(os.getpid(),))  # fmt: skip
     for result in parallel(tasks()):
         if result is not None:
             yield *result, None
