@@ -12,7 +12,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 
@@ -114,6 +114,52 @@ def _emit(data: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]
         printer(data)
 
 
+#: Priority of a table column: 0 always shown; higher numbers are dropped first.
+Column = tuple[str, int, str]  # (label, priority, justify)
+
+
+def _table_width(widths: list[int]) -> int:
+    """Width of a rich table (heavy head box) whose columns hold ``widths`` characters."""
+    return sum(w + 3 for w in widths) + 1
+
+
+def _print_table(title: str, columns: list[Column], rows: list[list[str]], *, wide: bool,
+                 console: Any = None) -> None:  # fmt: skip
+    """Print a table that fits the terminal (80 columns when not one) without cutting a cell:
+    columns are dropped by priority (highest first) until it fits, and a note names them;
+    ``wide`` keeps them all (the table may then be wider than the terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    width = (console or Console()).width
+    need = [max([len(label), *(len(r[j]) for r in rows)]) for j, (label, _, _) in
+            enumerate(columns)]  # fmt: skip
+    keep = list(range(len(columns)))
+    if not wide:
+        for j in sorted(keep, key=lambda j: -columns[j][1]):
+            if _table_width([need[k] for k in keep]) <= width or columns[j][1] == 0:
+                break
+            keep.remove(j)
+    shown = max(width, _table_width([need[k] for k in keep]))
+    table = Table(title=title)
+    for j in keep:
+        label, _, justify = columns[j]
+        table.add_column(label, justify=cast(Any, justify), no_wrap=True, min_width=need[j])
+    for r in rows:
+        table.add_row(*(r[j] for j in keep))
+    out = console or Console(width=shown)
+    out.print(table)
+    hidden = [columns[j][0] for j in range(len(columns)) if j not in keep]
+    if hidden:
+        out.print(f"(hidden to fit {width} columns: {', '.join(hidden)}; --wide shows them)",
+                  highlight=False)  # fmt: skip
+
+
+_Wide = Annotated[
+    bool, typer.Option("--wide", help="Show every table column, however wide the table.")
+]
+
+
 def _print_yaml(data: dict[str, Any]) -> None:
     import yaml
 
@@ -198,6 +244,7 @@ def best_mapping(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML (its mapping is ignored).")],
     top: Annotated[int, typer.Option("--top", min=1, help="How many mappings to print.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Enumerate every valid mapping for the model and system; rank the feasible ones."""
 
@@ -205,33 +252,38 @@ def best_mapping(
         from deepflow.config import load_scenario
         from deepflow.oracle.best_mapping import best_mappings
 
-        _emit(best_mappings(load_scenario(scenario), top=top), as_json, _print_mappings)
+        _emit(best_mappings(load_scenario(scenario), top=top), as_json,
+              lambda r: _print_mappings(r, wide=wide))  # fmt: skip
 
     _guard(body)
 
 
-def _print_mappings(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title=f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
-    )
-    for col in ("#", "step s", "MFU", "mem GiB", "TP", "PP", "DP", "CP", "EP", "mb", "v",
-                "SP", "recompute", "ZeRO"):  # fmt: skip
-        table.add_column(col, justify="right")
+def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
+    columns: list[Column] = [
+        ("#", 0, "right"), ("step s", 0, "right"), ("MFU", 1, "right"), ("mem GiB", 1, "right"),
+        ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"), ("CP", 3, "right"),
+        ("EP", 4, "right"), ("mb", 1, "right"), ("v", 3, "right"), ("SP", 2, "right"),
+        ("recompute", 2, "right"), ("ZeRO", 1, "right"),
+    ]  # fmt: skip
+    rows = []
     for rank, row in enumerate(result["mappings"], 1):
         m = row["mapping"]
-        table.add_row(
-            str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f} %",
+        rows.append([
+            str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f}%",
             f"{row['memory_per_device_B'] / 2**30:.1f}", str(m["tensor_parallel"]),
             str(m["pipeline_parallel"]), str(m["data_parallel"]),
             str(m["context_parallel"]), str(m["expert_parallel"]),
             str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
             "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
             str(m["zero_stage"]),
-        )  # fmt: skip
-    Console().print(table)
+        ])  # fmt: skip
+    title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    _print_table(title, columns, rows, wide=wide)
+    violated = result.get("violated_device_constraints")
+    if violated:
+        budgets = result["device_constraints"]
+        why = ", ".join(f"{name} {budgets[name]:.6g}" for name in violated)
+        typer.echo(f"the device breaks its budgets: {why} (each must be <= 0)")
 
 
 @app.command()
@@ -240,6 +292,7 @@ def validate(
         Path | None, typer.Option("--cases", help="Measurement JSON (default: the public set).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Score the oracle against published measurements: per case, per group, overall."""
 
@@ -249,30 +302,27 @@ def validate(
         report = validation_report(cases)
         if not report["cases"] and not report["skipped"]:
             raise ConfigError(f"{cases}: holds no measurement cases; give at least one.")
-        _emit(report, as_json, _print_validation)
+        _emit(report, as_json, lambda r: _print_validation(r, wide=wide))
 
     _guard(body)
 
 
-def _print_validation(report: dict[str, Any]) -> None:
+def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
-    cases = Table(title="per case")
-    for col in ("case", "quantity", "measured", "model", "error"):
-        cases.add_column(col, justify="right" if col != "case" else "left")
-    for row in report["cases"]:
-        cases.add_row(row["id"], row["quantity"], f"{row['measured']:.4g}",
-                      f"{row['model']:.4g}", f"{100 * row['error']:+.1f} %")  # fmt: skip
-    console.print(cases)
-    groups = Table(title="per group (mean |error|)")
-    for col in ("group", "cases", "mean |error|", "max |error|"):
-        groups.add_column(col, justify="right" if col != "group" else "left")
-    for name, g in report["groups"].items():
-        groups.add_row(name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
-                       f"{100 * g['max_abs_error']:.1f} %")  # fmt: skip
-    console.print(groups)
+    columns: list[Column] = [("case", 0, "left"), ("quantity", 1, "right"),
+                             ("measured", 0, "right"), ("model", 0, "right"),
+                             ("error", 0, "right")]  # fmt: skip
+    rows = [[row["id"], row["quantity"], f"{row['measured']:.4g}", f"{row['model']:.4g}",
+             f"{100 * row['error']:+.1f} %"] for row in report["cases"]]  # fmt: skip
+    _print_table("per case", columns, rows, wide=wide)
+    columns = [("group", 0, "left"), ("cases", 0, "right"), ("mean |error|", 0, "right"),
+               ("max |error|", 1, "right")]  # fmt: skip
+    rows = [[name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
+             f"{100 * g['max_abs_error']:.1f} %"]
+            for name, g in report["groups"].items()]  # fmt: skip
+    _print_table("per group (mean |error|)", columns, rows, wide=wide)
     console.print(
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
@@ -527,11 +577,21 @@ def _search_options(study_path: Path, strategy: str | None, budget: int | None,
     return study.replace(strategy=strategy, budget=budget, seed=seed)
 
 
+_UNITS = {"s": "s", "W": "W", "J": "J", "mm2": "mm²", "B": "B", "usd": "$"}
+
+
+def _short(name: str) -> str:
+    """A column label from an output name: ``step_time_s`` -> ``step time s``."""
+    stem, _, unit = name.rpartition("_")
+    if stem and unit in _UNITS:
+        return f"{stem.replace('_', ' ')} {_UNITS[unit]}".replace("step time", "step")
+    return name.replace("_", " ")
+
+
 def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
-                  limit: int = 20) -> None:  # fmt: skip
-    """The Pareto designs (oracle values) as a table, then the run's figures."""
-    from rich.console import Console
-    from rich.table import Table
+                  limit: int = 20, *, wide: bool = False) -> None:  # fmt: skip
+    """The Pareto designs (oracle values) as a table that fits the terminal (``wide``: every
+    column), then the run's figures."""
 
     def fmt(v: Any, digits: int = 4) -> str:
         if v is None:
@@ -541,13 +601,13 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
         return str(v)
 
     objectives = summary["objectives"]
-    table = Table(title=f"Pareto designs of '{summary['study']}' (oracle values)")
+    names = {o["name"] for o in objectives}
     x = designs[0]["x"] if designs else {}
-    columns: list[tuple[str, Any]] = [("trial", lambda d: str(d["trial"]))]
-    for key, label in (("x_technology", "node"), ("x_die_area_mm2", "die mm²"),
-                       ("x_tdp_W", "TDP W")):  # fmt: skip
-        if key in x:
-            columns.append((label, lambda d, k=key: fmt(d["x"].get(k))))
+    columns: list[tuple[Column, Any]] = [(("trial", 0, "right"), lambda d: str(d["trial"]))]
+    for key, label, priority in (("x_technology", "node", 1), ("x_die_area_mm2", "die mm²", 2),
+                                 ("x_tdp_W", "TDP W", 2)):  # fmt: skip
+        if key in x and not (key == "x_die_area_mm2" and "area_mm2" in names):  # same column
+            columns.append(((label, priority, "right"), lambda d, k=key: fmt(d["x"].get(k))))
     if "x_tensor_parallel" in x:
 
         def mapping(d: dict[str, Any]) -> str:
@@ -555,20 +615,24 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
             degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
             return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
 
-        columns.append(("TP×PP×DP", mapping))
+        columns.append((("TP×PP×DP", 1, "right"), mapping))
     for o in objectives:
-        columns.append((o["name"], lambda d, n=o["name"]: fmt(d["objectives"][n])))
-    columns.append(("mem GiB", lambda d: fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30,
-                                             3)))  # fmt: skip
-    columns.append(("energy J", lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))
-    if any("device_cost_usd" in d["outputs"] for d in designs):
-        columns.append(("cost $", lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))
-    for label, _ in columns:
-        table.add_column(label, justify="right")
-    for d in designs[:limit]:
-        table.add_row(*[get(d) for _, get in columns])
-    console = Console(width=None if Console().is_terminal else 160)
-    console.print(table)
+        columns.append(((_short(o["name"]), 0, "right"),
+                        lambda d, n=o["name"]: fmt(d["objectives"][n])))  # fmt: skip
+
+    def memory(d: dict[str, Any]) -> str:
+        return fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30, 3)
+
+    columns.append((("mem GiB", 3, "right"), memory))
+    if "energy_per_step_J" not in names:
+        columns.append((("energy J", 3, "right"),
+                        lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))  # fmt: skip
+    if any("device_cost_usd" in d["outputs"] for d in designs) and "device_cost_usd" not in names:
+        columns.append((("cost $", 4, "right"),
+                        lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))  # fmt: skip
+    rows = [[get(d) for _, get in columns] for d in designs[:limit]]
+    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)",
+                 [c for c, _ in columns], rows, wide=wide)  # fmt: skip
     if len(designs) > limit:
         typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
     hv = summary["hypervolume"]
@@ -612,6 +676,7 @@ def search(
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed (>= 0).")] = None,
     out: _ResultFolder = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
 
@@ -634,7 +699,7 @@ def search(
         if as_json:
             typer.echo(json.dumps(outcome.summary, indent=2, default=str))
         else:
-            _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+            _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
 
     _guard(body)
 
@@ -644,6 +709,7 @@ def run(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
     out: _ResultFolder = None,
     storage: _Storage = None,
+    wide: _Wide = False,
 ) -> None:
     """The whole pipeline: sample -> fit -> search -> verify -> report.
 
@@ -663,7 +729,7 @@ def run(
                 outcome = run_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
-        _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+        _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
         timings = outcome.summary["timings_s"]
         names = ("sample", "search", "verify", "report")
         stages = ", ".join(f"{k} {timings[k]:.1f} s" for k in names if k in timings)

@@ -361,3 +361,53 @@ def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path, damage: str) -> N
     assert line.startswith(f"error: {model / 'model'}: cannot read the surrogate's weights (")
     assert line.endswith("); the file is damaged: refit the model.")
     assert "\n" not in line
+
+
+# ------------------------------------------------------------------------------ 80 columns
+def _fits(text: str, width: int = 80) -> None:
+    lines = text.splitlines()
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table, text
+    assert max(len(line) for line in table) <= width, text
+    assert "…" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "hidden"),
+    [
+        (["best-mapping", str(REPO / "configs/scenarios/llama3-8b-h100.yaml"), "--top", "5"],
+         "CP, EP"),
+        (["validate"], "quantity"),
+    ],
+)  # fmt: skip
+def test_tables_fit_80_columns(args: list[str], hidden: str, monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    _fits(result.stdout)
+    assert f"(hidden to fit 80 columns: {hidden}" in result.stdout
+    wide = runner.invoke(app, [*args, "--wide"])
+    assert wide.exit_code == 0
+    assert "hidden to fit" not in wide.stdout and "…" not in wide.stdout
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("┃"))
+    assert hidden.split(", ")[0] in header
+
+
+def test_pareto_table_fits_80_columns(tmp_path: Path, monkeypatch: Any,
+                                      capsys: Any) -> None:  # fmt: skip
+    from deepflow.cli import _print_pareto
+    from tests.report.conftest import make_result_dir
+
+    monkeypatch.setenv("COLUMNS", "80")
+    make_result_dir(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    designs = pareto["designs"] if isinstance(pareto, dict) else pareto
+    _print_pareto(summary, designs, tmp_path)
+    text = capsys.readouterr().out
+    _fits(text)
+    header = next(line for line in text.splitlines() if line.startswith("┃"))
+    assert "step s" in header and "area mm²" in header and "die mm²" not in header
+    assert "hidden to fit 80 columns: mem GiB, cost $; --wide shows them" in text
+    _print_pareto(summary, designs, tmp_path, wide=True)
+    assert "mem GiB" in capsys.readouterr().out
