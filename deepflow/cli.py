@@ -8,14 +8,16 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 from __future__ import annotations
 
 import json
+import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 
 from deepflow import CONTRACT_VERSION, __version__
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError, DeepflowError, PlausibilityWarning
 
 __all__ = ["app", "main"]
 
@@ -32,16 +34,53 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
 def _guard(fn: Callable[[], T]) -> T:
-    """Run a command body; map deepflow errors to the contract's exit codes."""
+    """Run a command body; map deepflow errors to the contract's exit codes. Plausibility
+    warnings print as ``warning:`` lines; numpy's floating-point warnings never print (the
+    oracle turns NaN/inf into infeasible rows)."""
     try:
-        return fn()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", PlausibilityWarning)
+            warnings.filterwarnings("ignore", r".* encountered in ", RuntimeWarning)
+            warnings.showwarning = _show_warning
+            return fn()
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except DeepflowError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+    except OSError as exc:  # a disk, permission or storage error: the path and the cause
+        typer.echo(f"error: {_os_error(exc)}", err=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _os_error(exc: OSError) -> str:
+    """``PATH: cause.`` of an OS error (both paths of a rename)."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return f"{cause}."
+    second = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+    return f"{exc.filename}{second}: {cause}."
+
+
+#: Fewer rows cannot be split into a training set and a held-out set worth scoring.
+MIN_FIT_ROWS = 10
+
+
+def _check_out_suffix(out: Path, suffix: str, what: str) -> None:
+    """``--out`` must end in ``suffix`` (a file of that kind); with none, be no file (a folder)."""
+    for parent in out.parents:
+        if parent.is_file():
+            raise ConfigError(f"--out {out}: {parent} is a file, not a folder.")
+    if suffix and out.suffix.lower() != suffix:
+        raise ConfigError(f"--out {out}: writes {what}; give a name ending in {suffix}.")
+    if not suffix and out.is_file():
+        raise ConfigError(f"--out {out}: is a file; {what} is written to a folder.")
 
 
 @app.callback(invoke_without_command=True)
@@ -73,6 +112,52 @@ def _emit(data: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]
         typer.echo(json.dumps(data, indent=2))
     else:
         printer(data)
+
+
+#: Priority of a table column: 0 always shown; higher numbers are dropped first.
+Column = tuple[str, int, str]  # (label, priority, justify)
+
+
+def _table_width(widths: list[int]) -> int:
+    """Width of a rich table (heavy head box) whose columns hold ``widths`` characters."""
+    return sum(w + 3 for w in widths) + 1
+
+
+def _print_table(title: str, columns: list[Column], rows: list[list[str]], *, wide: bool,
+                 console: Any = None) -> None:  # fmt: skip
+    """Print a table that fits the terminal (80 columns when not one) without cutting a cell:
+    columns are dropped by priority (highest first) until it fits, and a note names them;
+    ``wide`` keeps them all (the table may then be wider than the terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    width = (console or Console()).width
+    need = [max([len(label), *(len(r[j]) for r in rows)]) for j, (label, _, _) in
+            enumerate(columns)]  # fmt: skip
+    keep = list(range(len(columns)))
+    if not wide:
+        for j in sorted(keep, key=lambda j: -columns[j][1]):
+            if _table_width([need[k] for k in keep]) <= width or columns[j][1] == 0:
+                break
+            keep.remove(j)
+    shown = max(width, _table_width([need[k] for k in keep]))
+    table = Table(title=title)
+    for j in keep:
+        label, _, justify = columns[j]
+        table.add_column(label, justify=cast(Any, justify), no_wrap=True, min_width=need[j])
+    for r in rows:
+        table.add_row(*(r[j] for j in keep))
+    out = console or Console(width=shown)
+    out.print(table)
+    hidden = [columns[j][0] for j in range(len(columns)) if j not in keep]
+    if hidden:
+        out.print(f"(hidden to fit {width} columns: {', '.join(hidden)}; --wide shows them)",
+                  highlight=False)  # fmt: skip
+
+
+_Wide = Annotated[
+    bool, typer.Option("--wide", help="Show every table column, however wide the table.")
+]
 
 
 def _print_yaml(data: dict[str, Any]) -> None:
@@ -157,13 +242,18 @@ def _print_evaluation(result: dict[str, Any]) -> None:
             share = nbytes / result["memory_per_device_B"]
             memory.add_row(name, f"{nbytes / 2**30:.3g}", f"{100 * share:.1f} %")
         console.print(memory)
-    fits = "fits" if result["feasible"] else "does NOT fit"
+    fits = "fits" if result["memory_excess_B"] <= 0 else "does NOT fit"
     console.print(
         f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "
         f"{result['memory_capacity_B'] / 2**30:.2f} GiB per device ({fits}); "
         f"system power {result['system_power_W'] / 1e3:.3g} kW, "
         f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step"
     )
+    if not result["feasible"]:
+        why = ", ".join(f"{name} {result['constraints'][name]:.6g}"
+                        for name in result["violated_constraints"])  # fmt: skip
+        console.print(f"[bold red]infeasible[/bold red]: {why} (each must be <= 0)",
+                      highlight=False)  # fmt: skip
 
 
 @app.command("best-mapping")
@@ -171,6 +261,7 @@ def best_mapping(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML (its mapping is ignored).")],
     top: Annotated[int, typer.Option("--top", min=1, help="How many mappings to print.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Enumerate every valid mapping for the model and system; rank the feasible ones."""
 
@@ -178,33 +269,38 @@ def best_mapping(
         from deepflow.config import load_scenario
         from deepflow.oracle.best_mapping import best_mappings
 
-        _emit(best_mappings(load_scenario(scenario), top=top), as_json, _print_mappings)
+        _emit(best_mappings(load_scenario(scenario), top=top), as_json,
+              lambda r: _print_mappings(r, wide=wide))  # fmt: skip
 
     _guard(body)
 
 
-def _print_mappings(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title=f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
-    )
-    for col in ("#", "step s", "MFU", "mem GiB", "TP", "PP", "DP", "CP", "EP", "mb", "v",
-                "SP", "recompute", "ZeRO"):  # fmt: skip
-        table.add_column(col, justify="right")
+def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
+    columns: list[Column] = [
+        ("#", 0, "right"), ("step s", 0, "right"), ("MFU", 1, "right"), ("mem GiB", 1, "right"),
+        ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"), ("CP", 3, "right"),
+        ("EP", 4, "right"), ("mb", 1, "right"), ("v", 3, "right"), ("SP", 2, "right"),
+        ("recompute", 2, "right"), ("ZeRO", 1, "right"),
+    ]  # fmt: skip
+    rows = []
     for rank, row in enumerate(result["mappings"], 1):
         m = row["mapping"]
-        table.add_row(
-            str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f} %",
+        rows.append([
+            str(rank), f"{row['step_time_s']:.4g}", f"{100 * row['mfu']:.1f}%",
             f"{row['memory_per_device_B'] / 2**30:.1f}", str(m["tensor_parallel"]),
             str(m["pipeline_parallel"]), str(m["data_parallel"]),
             str(m["context_parallel"]), str(m["expert_parallel"]),
             str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
             "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
             str(m["zero_stage"]),
-        )  # fmt: skip
-    Console().print(table)
+        ])  # fmt: skip
+    title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    _print_table(title, columns, rows, wide=wide)
+    violated = result.get("violated_device_constraints")
+    if violated:
+        budgets = result["device_constraints"]
+        why = ", ".join(f"{name} {budgets[name]:.6g}" for name in violated)
+        typer.echo(f"the device breaks its budgets: {why} (each must be <= 0)")
 
 
 @app.command()
@@ -213,36 +309,37 @@ def validate(
         Path | None, typer.Option("--cases", help="Measurement JSON (default: the public set).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Score the oracle against published measurements: per case, per group, overall."""
 
     def body() -> None:
         from deepflow.validation import validation_report
 
-        _emit(validation_report(cases), as_json, _print_validation)
+        report = validation_report(cases)
+        if not report["cases"] and not report["skipped"]:
+            raise ConfigError(f"{cases}: holds no measurement cases; give at least one.")
+        _emit(report, as_json, lambda r: _print_validation(r, wide=wide))
 
     _guard(body)
 
 
-def _print_validation(report: dict[str, Any]) -> None:
+def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
-    cases = Table(title="per case")
-    for col in ("case", "quantity", "measured", "model", "error"):
-        cases.add_column(col, justify="right" if col != "case" else "left")
-    for row in report["cases"]:
-        cases.add_row(row["id"], row["quantity"], f"{row['measured']:.4g}",
-                      f"{row['model']:.4g}", f"{100 * row['error']:+.1f} %")  # fmt: skip
-    console.print(cases)
-    groups = Table(title="per group (mean |error|)")
-    for col in ("group", "cases", "mean |error|", "max |error|"):
-        groups.add_column(col, justify="right" if col != "group" else "left")
-    for name, g in report["groups"].items():
-        groups.add_row(name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
-                       f"{100 * g['max_abs_error']:.1f} %")  # fmt: skip
-    console.print(groups)
+    columns: list[Column] = [("case", 0, "left"), ("quantity", 1, "right"),
+                             ("measured", 0, "right"), ("model", 0, "right"),
+                             ("error", 0, "right")]  # fmt: skip
+    rows = [[row["id"], row["quantity"], f"{row['measured']:.4g}", f"{row['model']:.4g}",
+             f"{100 * row['error']:+.1f} %"] for row in report["cases"]]  # fmt: skip
+    _print_table("per case", columns, rows, wide=wide)
+    columns = [("group", 0, "left"), ("cases", 0, "right"), ("mean |error|", 0, "right"),
+               ("max |error|", 1, "right")]  # fmt: skip
+    rows = [[name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
+             f"{100 * g['max_abs_error']:.1f} %"]
+            for name, g in report["groups"].items()]  # fmt: skip
+    _print_table("per group (mean |error|)", columns, rows, wide=wide)
     console.print(
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
@@ -297,6 +394,8 @@ def sample(
 
         from deepflow.datasets import sample as run_sample
 
+        _check_out_suffix(out, ".parquet", "a Parquet file")
+
         class RowsPerSecond(ProgressColumn):
             """Rows computed in this run (not those kept from an interrupted one) per second."""
 
@@ -318,6 +417,13 @@ def sample(
             else:
                 bar.update(task_ids[0], completed=done)
 
+        import signal
+
+        def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
+            raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, stop)
         try:
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
@@ -361,9 +467,16 @@ def fit(
         from deepflow.surrogate import fit_surrogate, surrogate_class
 
         surrogate_class(surrogate)  # reject an unknown name before reading the data
+        _check_out_suffix(out, "", "the surrogate")
         names = [t.strip() for arg in targets for t in arg.split(",") if t.strip()] if (
             targets) else None  # fmt: skip
-        model, report = fit_surrogate(load(data), surrogate, targets=names,
+        df = load(data)
+        if len(df) < MIN_FIT_ROWS:
+            raise ConfigError(
+                f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
+                f"train, 20 % to score); need at least {MIN_FIT_ROWS}."
+            )
+        model, report = fit_surrogate(df, surrogate, targets=names,
                                       max_train_rows=max_rows, random_state=seed)  # fmt: skip
         report["out"] = str(model.save(out))
         _emit(report, as_json, _print_fit)
@@ -409,14 +522,16 @@ def query(
     def body() -> None:
         from deepflow.datasets import load
         from deepflow.surrogate import SurrogateModel, read_points
+        from deepflow.surrogate.points import points_from_table
 
         if points.suffix.lower() in (".yaml", ".yml"):
             model = SurrogateModel.load(model_dir)
             df = read_points(points, model)
         else:
-            df = load(points, validate=False)
-            space = str(df.attrs.get("deepflow", {}).get("space_sha256", ""))
+            table = load(points, validate=False)
+            space = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
             model = SurrogateModel.load(model_dir, space_sha256=space or None)
+            df = points_from_table(table, model, file=str(points))
         pred = model.predict(df)
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
                 for r in pred.to_dict(orient="records")]  # fmt: skip
@@ -479,11 +594,21 @@ def _search_options(study_path: Path, strategy: str | None, budget: int | None,
     return study.replace(strategy=strategy, budget=budget, seed=seed)
 
 
+_UNITS = {"s": "s", "W": "W", "J": "J", "mm2": "mm²", "B": "B", "usd": "$"}
+
+
+def _short(name: str) -> str:
+    """A column label from an output name: ``step_time_s`` -> ``step time s``."""
+    stem, _, unit = name.rpartition("_")
+    if stem and unit in _UNITS:
+        return f"{stem.replace('_', ' ')} {_UNITS[unit]}".replace("step time", "step")
+    return name.replace("_", " ")
+
+
 def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
-                  limit: int = 20) -> None:  # fmt: skip
-    """The Pareto designs (oracle values) as a table, then the run's figures."""
-    from rich.console import Console
-    from rich.table import Table
+                  limit: int = 20, *, wide: bool = False) -> None:  # fmt: skip
+    """The Pareto designs (oracle values) as a table that fits the terminal (``wide``: every
+    column), then the run's figures."""
 
     def fmt(v: Any, digits: int = 4) -> str:
         if v is None:
@@ -493,13 +618,13 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
         return str(v)
 
     objectives = summary["objectives"]
-    table = Table(title=f"Pareto designs of '{summary['study']}' (oracle values)")
+    names = {o["name"] for o in objectives}
     x = designs[0]["x"] if designs else {}
-    columns: list[tuple[str, Any]] = [("trial", lambda d: str(d["trial"]))]
-    for key, label in (("x_technology", "node"), ("x_die_area_mm2", "die mm²"),
-                       ("x_tdp_W", "TDP W")):  # fmt: skip
-        if key in x:
-            columns.append((label, lambda d, k=key: fmt(d["x"].get(k))))
+    columns: list[tuple[Column, Any]] = [(("trial", 0, "right"), lambda d: str(d["trial"]))]
+    for key, label, priority in (("x_technology", "node", 1), ("x_die_area_mm2", "die mm²", 2),
+                                 ("x_tdp_W", "TDP W", 2)):  # fmt: skip
+        if key in x and not (key == "x_die_area_mm2" and "area_mm2" in names):  # same column
+            columns.append(((label, priority, "right"), lambda d, k=key: fmt(d["x"].get(k))))
     if "x_tensor_parallel" in x:
 
         def mapping(d: dict[str, Any]) -> str:
@@ -507,20 +632,24 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
             degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
             return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
 
-        columns.append(("TP×PP×DP", mapping))
+        columns.append((("TP×PP×DP", 1, "right"), mapping))
     for o in objectives:
-        columns.append((o["name"], lambda d, n=o["name"]: fmt(d["objectives"][n])))
-    columns.append(("mem GiB", lambda d: fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30,
-                                             3)))  # fmt: skip
-    columns.append(("energy J", lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))
-    if any("device_cost_usd" in d["outputs"] for d in designs):
-        columns.append(("cost $", lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))
-    for label, _ in columns:
-        table.add_column(label, justify="right")
-    for d in designs[:limit]:
-        table.add_row(*[get(d) for _, get in columns])
-    console = Console(width=None if Console().is_terminal else 160)
-    console.print(table)
+        columns.append(((_short(o["name"]), 0, "right"),
+                        lambda d, n=o["name"]: fmt(d["objectives"][n])))  # fmt: skip
+
+    def memory(d: dict[str, Any]) -> str:
+        return fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30, 3)
+
+    columns.append((("mem GiB", 3, "right"), memory))
+    if "energy_per_step_J" not in names:
+        columns.append((("energy J", 3, "right"),
+                        lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))  # fmt: skip
+    if any("device_cost_usd" in d["outputs"] for d in designs) and "device_cost_usd" not in names:
+        columns.append((("cost $", 4, "right"),
+                        lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))  # fmt: skip
+    rows = [[get(d) for _, get in columns] for d in designs[:limit]]
+    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)",
+                 [c for c, _ in columns], rows, wide=wide)  # fmt: skip
     if len(designs) > limit:
         typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
     hv = summary["hypervolume"]
@@ -532,6 +661,15 @@ def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_di
     if surrogate and surrogate.get("pareto_error"):
         errs = ", ".join(f"{k} {v:.1%}" for k, v in surrogate["pareto_error"].items())
         typer.echo(f"surrogate vs oracle on the front (mean |error|): {errs}")
+
+
+def _result_lock(out_dir: Path) -> Any:
+    """The lock of a result folder (``<folder>.lock`` next to it): one search or run at a
+    time writes it."""
+    from deepflow.lock import hold_lock
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    return hold_lock(out_dir, what=f"result folder {out_dir}")
 
 
 _ResultFolder = Annotated[
@@ -555,6 +693,7 @@ def search(
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed (>= 0).")] = None,
     out: _ResultFolder = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
 
@@ -567,15 +706,17 @@ def search(
 
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
+        _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
-            outcome = search_study(study, out_dir, storage=storage, progress=progress)
+            with _result_lock(out_dir):
+                outcome = search_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
         if as_json:
             typer.echo(json.dumps(outcome.summary, indent=2, default=str))
         else:
-            _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+            _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
 
     _guard(body)
 
@@ -585,6 +726,7 @@ def run(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
     out: _ResultFolder = None,
     storage: _Storage = None,
+    wide: _Wide = False,
 ) -> None:
     """The whole pipeline: sample -> fit -> search -> verify -> report.
 
@@ -597,12 +739,14 @@ def run(
 
         study = load_study(study_path)
         out_dir = out or Path("results") / study.name
+        _check_out_suffix(out_dir, "", "a result")
         bar, progress = _study_progress()
         try:
-            outcome = run_study(study, out_dir, storage=storage, progress=progress)
+            with _result_lock(out_dir):
+                outcome = run_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
-        _print_pareto(outcome.summary, outcome.designs, outcome.out_dir)
+        _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
         timings = outcome.summary["timings_s"]
         names = ("sample", "search", "verify", "report")
         stages = ", ".join(f"{k} {timings[k]:.1f} s" for k in names if k in timings)
@@ -628,6 +772,8 @@ def report(
     def body() -> None:
         from deepflow.report import write_report
 
+        if out is not None:
+            _check_out_suffix(out, ".html", "an HTML page")
         path = write_report(result_dir, out)
         typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
 

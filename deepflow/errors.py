@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeepflowError", "ReportError"]
+__all__ = [
+    "ConfigError",
+    "DeepflowError",
+    "LockedError",
+    "PlausibilityWarning",
+    "ReportError",
+    "StorageError",
+]
 
 
 class DeepflowError(Exception):
@@ -24,3 +31,22 @@ class ReportError(ConfigError):
     what is wrong, e.g. ``results/pareto.json: objectives[0].direction must be one of minimize,
     maximize; got 'min'.``
     """
+
+
+class PlausibilityWarning(UserWarning):
+    """An input far outside any real device or run, most often a unit slip (not an error).
+
+    The message names the file and the dotted key, and the unit the value looks like, e.g.
+    ``s.yaml: system.device.hbm_bandwidth_GBps = 3.35 is far outside the range of real devices
+    (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).`` The CLI prints it as a
+    ``warning:`` line.
+    """
+
+
+class StorageError(DeepflowError):
+    """An OS, disk or permission error on a path (exit 1): the message names the path and the
+    cause, e.g. ``out.parquet.parts: No space left on device``."""
+
+
+class LockedError(DeepflowError):
+    """An output another running deepflow process holds (exit 1); the message names it."""

@@ -289,7 +289,7 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
                 "model": r["model_GBps"], "error": r["error"]}  # fmt: skip
     if kind == "peak_memory":
         (m,) = score_memory_cases([case])
-        return {"quantity": f"memory GiB ({m['kind']})", "measured": m["measured_GiB"],
+        return {"quantity": f"GiB {m['kind']}", "measured": m["measured_GiB"],
                 "model": m["model_GiB"], "error": m["error"],
                 "feasible": m["feasible"]}  # fmt: skip
     (r,) = score_training_cases([case])

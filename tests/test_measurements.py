@@ -380,7 +380,7 @@ def test_validate_scores_a_memory_case_from_any_source(tmp_path: Path) -> None:
     path.write_text(json.dumps([case]), encoding="utf-8")
     report = validation_report(path)
     (row,) = report["cases"]
-    assert row["quantity"] == "memory GiB (reserved)" and row["measured"] == 60.0
+    assert row["quantity"] == "GiB reserved" and row["measured"] == 60.0
     assert row["model"] > 0 and row["feasible"] is True
 
 

@@ -110,6 +110,56 @@ def register_model_kind(kind: str, spec_class: type[Any]) -> None:
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _DuplicateKey(Exception):
+    """A mapping names a key twice (PyYAML would silently keep the last)."""
+
+    def __init__(self, key: object, line: int, first_line: int) -> None:
+        super().__init__(key, line, first_line)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def _unique_keys_loader(base: Any) -> Any:
+    class Loader(base):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges may override
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line)
+                except TypeError:  # an unhashable key: PyYAML reports it
+                    continue
+                if first != key_node.start_mark.line:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1, first + 1)
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
+_UNIQUE_LOADER = _unique_keys_loader(_SAFE_LOADER)
+_UNIQUE_PURE_LOADER = _unique_keys_loader(yaml.SafeLoader)
+
+
+def parse_yaml(text: str, shown: str) -> Any:
+    """Parse YAML text; ``shown`` names its file in messages.
+
+    Raises:
+        ConfigError: a YAML syntax error, or a key given twice in one mapping (YAML keeps the
+            last silently: a second ``mapping:`` would replace the first).
+    """
+    try:
+        try:
+            return yaml.load(text, Loader=_UNIQUE_LOADER)
+        except yaml.YAMLError:
+            return _load_pure(text, shown)  # PyYAML's own loader words the error as always
+    except _DuplicateKey as dup:
+        raise ConfigError(
+            f"{shown}: duplicate key {dup.key!r} at line {dup.line} (first given at line "
+            f"{dup.first_line}); give each key once."
+        ) from None
+
+
 @functools.cache
 def builtin_config_dir() -> Path:
     """The repository's ``configs/`` directory (next to the ``deepflow`` package)."""
@@ -188,17 +238,13 @@ def load_yaml(path: str | Path) -> Any:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{shown}: cannot be read ({exc}).") from exc
-    try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.YAMLError:
-        data = _load_pure(text, shown)  # PyYAML's own loader words the error as always
-    return data
+    return parse_yaml(text, shown)
 
 
 def _load_pure(text: str, shown: str) -> Any:
     """Parse with PyYAML's pure-Python safe loader, turning its error into a ConfigError."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UNIQUE_PURE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -606,8 +652,15 @@ def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file (contract: system, workload, mapping).
 
+    Warns:
+        PlausibilityWarning: a value far outside any real device or run (a likely unit slip).
+
     Raises:
         ConfigError: the message names the file and the dotted key of the problem.
     """
+    from deepflow.config.plausibility import warn_implausible
+
     raw = read_yaml(path, what="a scenario mapping with keys system, workload, mapping")
-    return scenario_from_mapping(raw, file=str(path), base_dir=Path(path).resolve().parent)
+    scenario = scenario_from_mapping(raw, file=str(path), base_dir=Path(path).resolve().parent)
+    warn_implausible(scenario)
+    return scenario

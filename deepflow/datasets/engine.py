@@ -12,12 +12,14 @@ moment therefore resumes to a file identical, row for row, to an uninterrupted r
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -41,7 +43,8 @@ from deepflow.datasets.io import (
 )
 from deepflow.datasets.label import arrow_schema, cube_rows, label_points, output_names
 from deepflow.datasets.space import DesignSpace, load_space, space_from_text
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError, DeepflowError, StorageError
+from deepflow.lock import hold_lock
 
 __all__ = ["BACKENDS", "SampleResult", "sample"]
 
@@ -116,6 +119,29 @@ def _warm_up(job: _Job) -> None:
     output_names(_worker_space(job.text, job.file, job.base_dir, job.config_path))
 
 
+#: How often a worker checks that the run that started it is still there.
+_PARENT_POLL_s = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: end this process as soon as the run ``parent`` is gone.
+
+    A run killed with SIGKILL cannot stop its pool; its workers would compute (or wait for
+    work) on for minutes and keep the pool's resource trackers alive. A daemon thread here
+    notices the parent's death (the worker is handed to another parent, so its parent id
+    changes) and exits.
+    """
+    if os.getppid() != parent:  # the run died while this worker was starting
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="deepflow-parent-watch", daemon=True).start()
+
+
 @functools.cache
 def _reuse_freed_memory() -> None:
     """Let this worker process's malloc keep freed memory for the next large arrays.
@@ -159,7 +185,8 @@ def _run_local(job: _Job, chunks: list[Chunk], workers: int,
             yield delayed(compute_chunk)(job, index, start, stop, u)
 
     parallel = Parallel(n_jobs=workers, backend="loky", batch_size=1,
-                        return_as="generator_unordered")  # fmt: skip
+                        return_as="generator_unordered", initializer=_die_with_parent,
+                        initargs=(os.getpid(),))  # fmt: skip
     for result in parallel(tasks()):
         if result is not None:
             yield *result, None
@@ -323,6 +350,39 @@ def sample(
     version = oracle_version()
     schema = arrow_schema(loaded)  # evaluates the base once: fails here, before any write
     params = _run_parameters(loaded, seed, num_samples, size, version)
+    try:
+        with hold_lock(out_path, what=f"dataset {out_path}"):
+            return _sample_locked(loaded, out_path, params, backend=backend, workers=workers,
+                                  resume=resume, address=address, schema=schema,
+                                  progress=progress)  # fmt: skip
+    except OSError as exc:
+        raise _storage_error(exc, out_path) from None
+
+
+def _storage_error(exc: OSError, out: Path) -> StorageError:
+    """An OS error of a run as one line naming the path and the cause. Finished chunks stay
+    in the parts folder for ``--resume``; a parts folder with none is removed."""
+    where = exc.filename if exc.filename is not None else out
+    cause = exc.strerror or str(exc)
+    parts = _parts_dir(out)
+    try:
+        chunks = len(json.loads((parts / MANIFEST).read_text(encoding="utf-8"))["chunks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        chunks = 0
+    if not chunks:
+        shutil.rmtree(parts, ignore_errors=True)
+        return StorageError(f"{where}: {cause}.")
+    return StorageError(
+        f"{where}: {cause}; {chunks} finished chunk(s) are kept in {parts} for --resume "
+        "(delete it to start over)."
+    )
+
+
+def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], *, backend: str,
+                   workers: int, resume: bool, address: str | None, schema: pa.Schema,
+                   progress: Progress | None) -> SampleResult:  # fmt: skip
+    num_samples, seed, size = params["num_samples"], params["seed"], params["chunk_size"]
+    version = params["oracle_version"]
     parts = _parts_dir(out_path)
     if resume and not parts.exists() and _finished(out_path, params):
         return SampleResult(path=out_path, num_rows=num_samples,
@@ -352,7 +412,7 @@ def sample(
         else _run_ray(job, pending, workers, address) if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
-    with _Assembly(loaded, parts, chunks, schema, params) as assembly:
+    with _Assembly(loaded, parts, chunks, schema, params) as assembly, _closing(results):
         assembly.append_ready(done)
         for index, data, table in results:
             footer = pq.read_metadata(pa.BufferReader(data))
@@ -371,6 +431,18 @@ def sample(
     return SampleResult(path=out_path, num_rows=num_samples, num_feasible=feasible,
                         num_chunks=len(chunks), resumed_rows=resumed,
                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _closing(results: Iterable[Result]) -> Iterator[None]:
+    """Close a backend's result generator however the loop ends, so that its worker pool
+    (joblib/loky, Ray) shuts down with the run instead of computing on."""
+    try:
+        yield
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
 
 
 def _finished(out: Path, params: dict[str, Any]) -> bool:

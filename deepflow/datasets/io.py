@@ -95,9 +95,13 @@ def table_bytes(table: pa.Table, *, temporary: bool = False) -> bytes:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no half-written temporary is left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # ------------------------------------------------------------------------------- reading

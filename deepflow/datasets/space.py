@@ -36,7 +36,7 @@ from deepflow.config import (
 )
 from deepflow.config import mapping as mapping_rules
 from deepflow.config._schema import Ctx, check_choice, check_keys, describe_value, suggest
-from deepflow.config.loader import load_technology_ref, preset_file, preset_path
+from deepflow.config.loader import load_technology_ref, parse_yaml, preset_file, preset_path
 from deepflow.config.specs import (
     AREA_PARTS,
     PERIMETER_PARTS,
@@ -743,15 +743,10 @@ def space_from_text(text: str, *, file: str = "<space>", base_dir: str | Path | 
     Raises:
         ConfigError: the message names the file and the dotted key of the first problem.
     """
-    import yaml
-
     directory = Path(base_dir) if base_dir is not None else Path.cwd()
     top = Ctx(file)
     if raw is None:
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: YAML syntax error: {exc}.") from exc
+        raw = parse_yaml(text, file)
         if not isinstance(raw, Mapping):
             raise ConfigError(
                 f"{file}: top level must be a design-space mapping; got {describe_value(raw)}."

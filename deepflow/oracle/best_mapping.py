@@ -14,10 +14,12 @@ from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
-from deepflow.config.specs import Scenario, TransformerSpec
+from deepflow.config.specs import DesignDeviceSpec, Scenario, TransformerSpec
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import network_model
-from deepflow.oracle.hardware import device_caps
+from deepflow.oracle.feasibility import DESIGN_CONSTRAINTS, INVALID_OUTPUT, invalid_output, violated
+from deepflow.oracle.feasibility import feasible as is_feasible
+from deepflow.oracle.hardware import device_caps, device_summary
 from deepflow.oracle.workloads.transformer import (
     FULL_RECOMPUTE,
     NO_RECOMPUTE,
@@ -112,6 +114,9 @@ def best_mappings(
         ``num_valid``, ``num_feasible`` and ``mappings``: a list of dicts, fastest first, with
         the mapping, ``step_time_s``, ``mfu``, ``memory_per_device_B``,
         ``memory_breakdown_B`` and ``breakdown_s``.
+        Feasible follows :func:`deepflow.oracle.feasibility.feasible` (memory, valid outputs
+        and, for a design-mode device, its budgets: then ``device_constraints`` and
+        ``violated_device_constraints`` say which budget rules every mapping out).
     """
     mappings = enumerate_mappings(scenario)
     count = len(mappings["tensor_parallel"])
@@ -120,13 +125,22 @@ def best_mappings(
     base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
     x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
     cal = calibration or current_calibration()
-    caps = device_caps(scenario.system.device, scenario.workload.precision, calibration=cal)
-    links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-    net = network_model(scenario, *links, calibration=cal)
-    result = transformer_step(caps, net, x, calibration=cal)
+    device = scenario.system.device
+    with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
+        caps = device_caps(device, scenario.workload.precision, calibration=cal)
+        links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
+        net = network_model(scenario, *links, calibration=cal)
+        result = transformer_step(caps, net, x, calibration=cal)
     step = result["step_time_s"]
     memory = result["memory_per_device_B"]
-    feasible = memory <= caps.hbm_capacity_B
+    constraints = {"memory_excess_B": memory - caps.hbm_capacity_B,
+                   INVALID_OUTPUT: invalid_output(result)}  # fmt: skip
+    budgets: dict[str, float] = {}
+    if isinstance(device, DesignDeviceSpec):  # the budgets, as ``show`` reports them
+        summary = device_summary(device)["constraints"]
+        budgets = {c: float(summary[c]) for c in DESIGN_CONSTRAINTS}
+        constraints.update(budgets)
+    feasible = np.broadcast_to(is_feasible(constraints), (count,))
     order = [i for i in np.argsort(step, kind="stable") if feasible[i]][:top]
     peak = caps.peak_flops * scenario.system.num_devices
     out = []
@@ -145,4 +159,9 @@ def best_mappings(
                 "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
             }
         )
-    return {"num_valid": count, "num_feasible": int(feasible.sum()), "mappings": out}
+    found: dict[str, Any] = {"num_valid": count, "num_feasible": int(feasible.sum()),
+                             "mappings": out}  # fmt: skip
+    if budgets:
+        found["device_constraints"] = budgets
+        found["violated_device_constraints"] = violated(budgets)
+    return found

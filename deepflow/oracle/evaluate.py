@@ -20,6 +20,13 @@ from deepflow.config.specs import (
     Scenario,
 )
 from deepflow.errors import ConfigError
+from deepflow.oracle.feasibility import (
+    DESIGN_CONSTRAINTS,
+    INVALID_OUTPUT,
+    feasible,
+    invalid_output,
+    violated,
+)
 from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
     DeviceCaps,
@@ -30,7 +37,7 @@ from deepflow.oracle.hardware import (
     device_summary,
 )
 from deepflow.oracle.network import NetworkModel
-from deepflow.oracle.workloads import StepResult, workload_for
+from deepflow.oracle.workloads import StepResult, Workload, workload_for
 
 __all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
 
@@ -111,8 +118,12 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     Returns:
         The contract keys: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``,
         ``model_flops_per_step``, ``mfu``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``feasible``, ``breakdown_s`` (sums to ``step_time_s``),
-        ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for kinds without one),
+        ``memory_excess_B``, ``feasible`` (every constraint holds:
+        :func:`deepflow.oracle.feasibility.feasible`), ``constraints`` (name -> value, <= 0
+        feasible: memory, the design budgets as ``show`` reports them, ``invalid_output``),
+        ``violated_constraints`` (their names where violated), ``breakdown_s`` (sums to
+        ``step_time_s``), ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for
+        kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
         average power, :func:`average_power_W`, for the whole step); ``framework`` (name,
@@ -125,15 +136,26 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     system, workload, mapping = scenario.system, scenario.workload, scenario.mapping
     kind = workload_for(workload.model)
     cal = calibration or current_calibration()
-    caps = device_caps(system.device, workload.precision, calibration=cal)
-    net = network_model(
-        scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps, calibration=cal
-    )
-    result = kind.step_one(caps, net, kind.columns(workload, mapping), calibration=cal)
-    summary = device_summary(system.device)
-    peak_power = float(summary["power_W"])
-    out = _outputs(result, caps, peak_power, system.num_devices)
+    with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
+        caps = device_caps(system.device, workload.precision, calibration=cal)
+        net = network_model(
+            scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps, calibration=cal
+        )
+        summary = device_summary(system.device)
+        peak_power = float(summary["power_W"])
+        values = kind.columns(workload, mapping)
+        try:
+            result = kind.step_one(caps, net, values, calibration=cal)
+            out = _outputs(result, caps, peak_power, system.num_devices)
+        except ArithmeticError:  # a zero clock or bandwidth: IEEE NaN/inf as in a table
+            result = _ieee(Workload.step_one(kind, caps, net, values, calibration=cal))
+            out = {k: float(v) for k, v in _outputs(
+                result, caps, peak_power, system.num_devices).items()}  # fmt: skip
     power = out["average_power_W"]
+    constraints = {"memory_excess_B": out["memory_excess_B"]}
+    if "constraints" in summary:  # design mode: the budgets, as ``show`` reports them
+        constraints.update({c: summary["constraints"][c] for c in DESIGN_CONSTRAINTS})
+    constraints[INVALID_OUTPUT] = invalid_output(out)
     return {
         "step_time_s": out["step_time_s"],
         "tokens_per_s": out["tokens_per_s"],
@@ -143,7 +165,9 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "memory_per_device_B": out["memory_per_device_B"],
         "memory_capacity_B": out["memory_capacity_B"],
         "memory_excess_B": out["memory_excess_B"],
-        "feasible": bool(out["memory_fits"]),
+        "feasible": feasible(constraints),
+        "constraints": constraints,
+        "violated_constraints": violated(constraints),
         "breakdown_s": result.breakdown_s,
         "memory_breakdown_B": dict(result.memory_breakdown_B),
         "device": {
@@ -172,6 +196,18 @@ def _framework_summary(scenario: Scenario) -> dict[str, Any]:
         "description": profile.description,
         "behaviours": {k: getattr(scenario.mapping, k) for k, _ in profile.mapping},
     }
+
+
+def _ieee(result: StepResult) -> StepResult:
+    """A scalar step as numpy floats, so that the outputs divide by zero as IEEE does."""
+    return StepResult(
+        np.float64(result.step_time_s),
+        {k: float(v) for k, v in result.breakdown_s.items()},
+        np.float64(result.memory_per_device_B),
+        np.float64(result.model_flops_per_step),
+        np.float64(result.tokens_per_step),
+        np.float64(result.samples_per_step),
+    )
 
 
 def _outputs(
@@ -244,8 +280,10 @@ def evaluate_table(
     Returns:
         Columns of n: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``, ``mfu``,
         ``model_flops_per_step``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``feasible`` (memory and, for designs, area/power/perimeter/
-        reticle), ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``,
+        ``memory_excess_B``, ``invalid_output`` (NaN, infinite or non-positive outputs,
+        :mod:`deepflow.oracle.feasibility`), ``feasible`` (memory, valid outputs and, for
+        designs, area/power/perimeter/reticle: :func:`~deepflow.oracle.feasibility.feasible`),
+        ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``,
         ``system_power_W``, ``energy_per_step_J``, ``breakdown_<part>_s`` and, for design
         devices, ``die_cost_usd``, ``device_cost_usd`` and the constraint columns
         ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
@@ -266,6 +304,14 @@ def evaluate_table(
         k: np.broadcast_to(np.asarray(columns.get(k, v), dtype=float), (n,))
         for k, v in base.items()
     }
+    with np.errstate(all="ignore"):  # degenerate designs give NaN/inf: infeasible data
+        return _evaluate_table(scenario, kind, x, n, columns, calibration)
+
+
+def _evaluate_table(
+    scenario: Scenario, kind: Workload, x: dict[str, F], n: int, columns: Mapping[str, Any],
+    calibration: Calibration | None,
+) -> dict[str, F]:  # fmt: skip
     cal = calibration or current_calibration()
     caps, net, derived = _table_system(scenario, columns, n, cal)
     if derived:
@@ -284,11 +330,12 @@ def evaluate_table(
                 energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
-    feasible = out["memory_fits"]
+    constraints = {"memory_excess_B": out["memory_excess_B"]}
     if derived:
         cols.update({name: derived[name] for name in _DESIGN_OUTPUTS})
-        feasible = feasible & (derived["feasible"] > 0)
-    cols["feasible"] = np.asarray(feasible).astype(bool)
+        constraints.update({c: derived[c] for c in DESIGN_CONSTRAINTS})
+    cols[INVALID_OUTPUT] = constraints[INVALID_OUTPUT] = invalid_output(cols)
+    cols["feasible"] = np.asarray(feasible(constraints)).astype(bool)
     return {k: _column(v, n) for k, v in cols.items()}
 
 

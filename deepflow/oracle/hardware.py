@@ -30,6 +30,7 @@ from deepflow.config.specs import (
     SramTechSpec,
 )
 from deepflow.errors import ConfigError
+from deepflow.oracle.feasibility import DESIGN_CONSTRAINTS, feasible
 from deepflow.oracle.technology import (
     RETICLE_LIMIT_mm2,
     die_cost_usd,
@@ -249,6 +250,11 @@ def derive(table: Mapping[str, Any]) -> dict[str, F]:
     missing = [c for c in DESIGN_COLUMNS if c not in table]
     if missing:
         raise ConfigError(f"design table is missing columns: {', '.join(missing)}.")
+    with np.errstate(all="ignore"):  # a degenerate budget (0 W, 0 mm²) gives NaN/inf: data
+        return _derive(table)
+
+
+def _derive(table: Mapping[str, Any]) -> dict[str, F]:
     t = dict(
         zip(
             DESIGN_COLUMNS,
@@ -366,12 +372,7 @@ def _budgets_and_cost(
         "perimeter_excess": _total(t[f"perimeter_{p}"] for p in PERIMETER_PARTS) - 1.0,
         "reticle_excess_mm2": die - RETICLE_LIMIT_mm2,
     }
-    res["feasible"] = (
-        (res["area_excess_mm2"] <= 1e-9)
-        & (res["power_excess_W"] <= 1e-9)
-        & (res["perimeter_excess"] <= 1e-12)
-        & (res["reticle_excess_mm2"] <= 0)
-    ).astype(float)
+    res["feasible"] = np.asarray(feasible({c: res[c] for c in DESIGN_CONSTRAINTS}), dtype=float)
     res["dies_per_wafer"] = dies_per_wafer(die)
     res["die_yield"] = negative_binomial_yield(
         die, t["core_defect_density_per_cm2"], t["core_yield_alpha"]

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deepflow.errors import ReportError
+from deepflow.errors import ReportError, StorageError
 from deepflow.report.results import Result, load_result
 from deepflow.report.style import axis_label, component_colors, fmt, split_unit
 from deepflow.report.views import (
@@ -153,8 +153,8 @@ def write_report(
             for png in pngs:
                 os.replace(png, figure_dir / png.name)
         os.replace(tmp_html, out_path)
-    except OSError as exc:
-        raise ReportError(f"{out_path}: cannot write the report ({exc}).") from None
+    except OSError as exc:  # a disk or permission error: exit 1, not bad input
+        raise StorageError(f"{out_path}: cannot write the report ({exc}).") from None
     finally:
         tmp_html.unlink(missing_ok=True)
         if tmp_dir is not None:
@@ -396,11 +396,16 @@ def _configs_section(result: Result, pareto: Front) -> str:
 
     if not result.designs:
         return ""
-    out = [
-        '<section id="configs"><h2>Configurations of the Pareto designs</h2>',
-        '<p class="note">The resolved scenario of each design: save it as a YAML file and '
-        "run <code>deepflow evaluate FILE.yaml</code> to reproduce it.</p>",
-    ]
+    evaluable = all(d.get("scenario") for d in result.designs)
+    note = (
+        "The scenario of each design: save it as a YAML file and run <code>deepflow "
+        "evaluate FILE.yaml</code> to reproduce its oracle values."
+        if evaluable
+        else "The resolved scenario of each design (SI units, as <code>deepflow show</code> "
+        "prints it; this result folder predates the evaluate-able scenario)."
+    )
+    out = ['<section id="configs"><h2>Configurations of the Pareto designs</h2>',
+           f'<p class="note">{note}</p>']  # fmt: skip
     for design, color, label in zip(result.designs, pareto.colors, pareto.labels, strict=True):
         values = ", ".join(
             f"{axis_label(o.name).split(' (')[0]} {fmt(design['objectives'][o.name])}"
@@ -408,13 +413,13 @@ def _configs_section(result: Result, pareto: Front) -> str:
             for o in result.objectives
         )
         blocks = []
-        if design.get("x"):
-            blocks.append("# design variables\n" + yaml.safe_dump(design["x"], sort_keys=False))
-        if design.get("config"):
-            blocks.append(
-                "# scenario\n" + yaml.safe_dump(design["config"], sort_keys=False, width=100)
-            )
-        text = "\n".join(blocks) or "# pareto.json holds no config for this design\n"
+        if design.get("x"):  # as comments: the block stays one scenario YAML
+            variables = yaml.safe_dump(design["x"], sort_keys=False).splitlines()
+            blocks.append("# design variables:\n" + "".join(f"#   {v}\n" for v in variables))
+        config = design.get("scenario") or design.get("config")
+        if config:
+            blocks.append(yaml.safe_dump(config, sort_keys=False, width=100))
+        text = "".join(blocks) or "# pareto.json holds no config for this design\n"
         out.append(
             f"<details><summary>{_swatch(color)}<b>{_e(label)}</b> — {_e(values)}"
             f"</summary><pre>{_e(text)}</pre></details>"

@@ -55,7 +55,7 @@ def verify_pareto(
         The designs as ``pareto.json`` lists them (sorted by the first objective) and the
         largest relative difference between the search's values and the re-evaluation.
     """
-    from deepflow.config.serialize import resolved_scenario
+    from deepflow.config.serialize import resolved_scenario, scenario_yaml
     from deepflow.datasets.label import point_scenarios
     from deepflow.oracle.evaluate import evaluate_one
     from deepflow.oracle.hardware import device_summary
@@ -97,6 +97,7 @@ def verify_pareto(
             },
             "breakdown_s": {k: float(v) for k, v in result["breakdown_s"].items()},
             "config": resolved_scenario(scenario),
+            "scenario": scenario_yaml(scenario),
         }
         if result["memory_breakdown_B"]:
             design["memory_breakdown_B"] = dict(result["memory_breakdown_B"])

@@ -175,7 +175,10 @@ class Surrogate(BaseEstimator, ABC):
         except ConfigError:
             raise
         except Exception as exc:  # torch/joblib raise many types for damaged files
-            raise ConfigError(f"{p}: cannot read the surrogate's weights ({exc}).") from exc
+            raise ConfigError(
+                f"{p}: cannot read the surrogate's weights ({str(exc) or type(exc).__name__}); "
+                "the file is damaged: refit the model."
+            ) from exc
         return model
 
 

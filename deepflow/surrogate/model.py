@@ -184,8 +184,12 @@ class SurrogateModel:
             try:
                 classifier = joblib.load(p / "feasibility.joblib")
             except Exception as exc:  # a damaged pickle raises many types
-                raise ConfigError(f"{p}: cannot read feasibility.joblib ({exc}).") from exc
-        kept = ("metrics", "fit_seconds", "num_train", "oracle_version", "seed", "variables")
+                raise ConfigError(
+                    f"{p}: cannot read feasibility.joblib ({str(exc) or type(exc).__name__}); "
+                    "the file is damaged: refit the model."
+                ) from exc
+        kept = ("metrics", "fit_seconds", "num_train", "oracle_version", "seed", "variables",
+                "space_yaml")  # fmt: skip
         info = {k: v for k, v in meta.items() if k in kept}
         return cls(encoder=encoder, target_transform=transform, model=model,
                    classifier=classifier, space_sha256=fitted, info=info)  # fmt: skip
@@ -295,7 +299,8 @@ def fit_surrogate(
 
     info = {"fit_seconds": fit_seconds, "num_train": int(train.size), "seed": random_state,
             "oracle_version": meta.get("oracle_version", ""),
-            "variables": list(meta.get("variables", []) or [])}  # fmt: skip
+            "variables": list(meta.get("variables", []) or []),
+            "space_yaml": str(meta.get("space_yaml", ""))}  # fmt: skip
     result = SurrogateModel(encoder=encoder, target_transform=transform, model=model,
                             classifier=classifier, space_sha256=str(meta.get("space_sha256", "")),
                             info=info)  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 from deepflow.config._schema import Ctx, describe_value, suggest
 from deepflow.errors import ConfigError
 
-__all__ = ["read_points"]
+__all__ = ["check_points", "points_from_table", "read_points"]
 
 #: Simplex parts must sum to 1 within this.
 SUM_TOLERANCE = 1e-6
@@ -147,10 +147,29 @@ def read_points(path: str | Path, model: Any) -> Any:
             (with the closest name), a missing value, or a value outside the variable's domain,
             e.g. ``pts.yaml: points[1].tensor_parallel must be an integer in [1, 32]; got 64.``
     """
+    p = Path(path)
+    return check_points(_read(p), model, file=str(p))
+
+
+def points_from_table(df: Any, model: Any, *, file: str) -> Any:
+    """Check the rows of a Parquet points table (``x_*`` columns) exactly as YAML points.
+
+    Raises:
+        ConfigError: no rows, or the first row breaking a rule of :func:`read_points`, named
+            as ``FILE: rows[i].x_name ...``.
+    """
+    if len(df) == 0:
+        raise ConfigError(f"{file}: holds no rows; give at least one point.")
+    columns = [c for c in df.columns if str(c).startswith("x_")]
+    records = df[columns].to_dict(orient="records")
+    return check_points(records, model, file=file, label="rows")
+
+
+def check_points(raw: Sequence[Any], model: Any, *, file: str, label: str = "points") -> Any:
+    """Check points (mappings of variable values) against ``model``'s design space; a
+    DataFrame of their ``x_*`` columns (see :func:`read_points`)."""
     import pandas as pd
 
-    p = Path(path)
-    raw = _read(p)
     variables = _catalogue(model)
     by_key: dict[str, tuple[_Var, int | None]] = {}
     for v in variables:
@@ -162,7 +181,7 @@ def read_points(path: str | Path, model: Any) -> Any:
             by_key[v.columns[0]] = (v, None)
     needed = {s.column for s in model.encoder.features_}
     valid = sorted(v.name for v in variables)
-    top = Ctx(str(p), "points")
+    top = Ctx(file, label)
     rows: list[dict[str, Any]] = []
     for i, point in enumerate(raw):
         ctx = top.child(i)
@@ -207,6 +226,7 @@ def read_points(path: str | Path, model: Any) -> Any:
             if absent:
                 raise ctx.error(f"is missing {var.name} (the model needs it).")
         rows.append(row)
+    _check_mappings(rows, model, top)
     columns = [c for v in variables for c in v.columns if any(c in r for r in rows)]
     return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
 
@@ -231,3 +251,58 @@ def _check_sum(var: _Var, shares: Sequence[float], ctx: Ctx) -> None:
     total = math.fsum(shares)
     if abs(total - 1.0) > SUM_TOLERANCE:
         raise ctx.error(f"parts must sum to 1; got {total:.6g}.")
+
+
+def _check_mappings(rows: Sequence[Mapping[str, Any]], model: Any, top: Ctx) -> None:
+    """Transformer mappings the oracle cannot run (degrees that do not multiply to the
+    system's devices, or break a rule of :mod:`deepflow.config.mapping`) are errors, as in a
+    scenario: a surrogate would otherwise answer for a design that does not exist."""
+    from deepflow.config.mapping import STRUCTURAL, first_violation
+    from deepflow.datasets.space import space_from_text
+
+    text = str(model.info.get("space_yaml", "") or "")
+    if not text:  # a model fitted before the space was recorded: nothing to check against
+        return
+    try:
+        space = space_from_text(text, file="<the model's design space>")
+    except ConfigError:  # the space names presets this installation lacks
+        return
+    if not space.base_is_transformer:
+        return
+    base = space.base
+    models = dict(zip(space.by_name["model"].choices, space.resolved["model"], strict=True)) if (
+        "model" in space.by_name) else {}  # fmt: skip
+
+    def value(row: Mapping[str, Any], name: str, default: Any) -> Any:
+        return row.get(f"x_{name}", default)
+
+    for i, row in enumerate(rows):
+        ctx = top.child(i)
+        devices = int(value(row, "devices_per_node", base.system.devices_per_node)) * int(
+            value(row, "num_nodes", base.system.num_nodes))  # fmt: skip
+        spec = models.get(value(row, "model", None), base.workload.model)
+        degrees = {d: int(value(row, d, getattr(base.mapping, d))) for d in STRUCTURAL}
+        if "x_data_parallel" not in row:  # derived: the devices the other degrees leave
+            split = degrees["tensor_parallel"] * degrees["pipeline_parallel"] * degrees[
+                "context_parallel"]  # fmt: skip
+            degrees["data_parallel"] = max(devices // split, 1)
+        used = (degrees["tensor_parallel"] * degrees["pipeline_parallel"]
+                * degrees["context_parallel"] * degrees["data_parallel"])  # fmt: skip
+        if used != devices:
+            raise ctx.error(
+                f"is an impossible mapping: tensor_parallel {degrees['tensor_parallel']} × "
+                f"pipeline_parallel {degrees['pipeline_parallel']} × context_parallel "
+                f"{degrees['context_parallel']} × data_parallel {degrees['data_parallel']} = "
+                f"{used} devices, but the system has {devices}."
+            )
+        broken = first_violation(degrees, spec)
+        if broken is not None:
+            raise ctx.child(broken[0]).error(broken[1])
+        batch = int(value(row, "global_batch_size", base.workload.global_batch_size))
+        per_step = degrees["data_parallel"] * degrees["micro_batch_size"]
+        if batch % per_step:
+            raise ctx.error(
+                f"is an impossible mapping: global_batch_size {batch} is not divisible by "
+                f"data_parallel {degrees['data_parallel']} × micro_batch_size "
+                f"{degrees['micro_batch_size']} = {per_step}."
+            )

@@ -42,7 +42,8 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "unknown top-level key",
         {**scenario(), "sytem": {}},
-        "unknown key 'sytem'; did you mean 'system'? Valid keys: framework, mapping, system, workload.",
+        "unknown key 'sytem'; did you mean 'system'? Valid keys: framework, mapping, system, "
+        "workload.",
     ),
     (
         "unknown nested key",

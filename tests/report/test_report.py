@@ -330,3 +330,36 @@ def test_log_axis_when_the_study_normalises_in_log_space(result_dir: Path) -> No
     path.write_text(json.dumps(pareto))
     result = load_result(result_dir)
     assert log_axes(result, cloud(result), front(result)) == [True, True, False]
+
+
+def test_the_config_block_of_a_design_is_an_evaluable_scenario(tmp_path: Path) -> None:
+    """Save a Pareto design's config block from the report; `deepflow evaluate` reproduces it."""
+    import html
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    study = tmp_path / "small.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "small", "space": str(REPO / "configs/spaces/llm-pathfinding.yaml"),
+        "objectives": [{"name": "step_time_s", "scale": "log"}, "area_mm2", "power_W"],
+        "search": {"strategy": "random", "budget": 8, "batch_size": 4, "initial_points": 4},
+    }))  # fmt: skip
+    out = tmp_path / "res"
+    assert runner.invoke(app, ["search", str(study), "--out", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["report", str(out)]).exit_code == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    section = page[page.index('<section id="configs">') :]
+    assert "reproduce its oracle values" in section
+    found = re.search(r"<pre>(.*?)</pre>", section, re.S)
+    assert found is not None
+    block = html.unescape(found.group(1))
+    scenario = tmp_path / "design.yaml"
+    scenario.write_text(block, encoding="utf-8")
+    result = runner.invoke(app, ["evaluate", str(scenario), "--json"])
+    assert result.exit_code == 0, result.output
+    design = json.loads((out / "pareto.json").read_text())["designs"][0]
+    evaluated = json.loads(result.stdout)
+    assert evaluated["step_time_s"] == design["objectives"]["step_time_s"]
+    assert evaluated["feasible"] == design["feasible"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -110,3 +111,56 @@ def test_query_yaml_points(mapping_data: Path, gbt_dir: Path, tmp_path: Path) ->
     assert result.stderr == (
         f"error: {path}: points[0].pipeline_parallel must be an integer in [1, 16]; got 17.\n"
     )
+
+
+def _points(mapping_data: Path, n: int) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    rows = pd.read_parquet(mapping_data).iloc[:n]
+    return [{c.removeprefix("x_"): v.item() if hasattr(v, "item") else v
+             for c, v in row.items() if c.startswith("x_")}
+            for _, row in rows.iterrows()]  # fmt: skip
+
+
+def test_query_refuses_an_impossible_mapping(mapping_data: Path, gbt_dir: Path,
+                                            tmp_path: Path) -> None:  # fmt: skip
+    import yaml
+
+    point = _points(mapping_data, 1)[0]
+    point.update(num_nodes=8, tensor_parallel=8, pipeline_parallel=16, context_parallel=4,
+                 data_parallel=1)  # fmt: skip
+    path = tmp_path / "points.yaml"
+    path.write_text(yaml.safe_dump([point]), encoding="utf-8")
+    result = runner.invoke(app, ["query", str(gbt_dir), str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: points[0] is an impossible mapping: tensor_parallel 8 × "
+        "pipeline_parallel 16 × context_parallel 4 × data_parallel 1 = 512 devices, but the "
+        "system has 64.\n"
+    )
+    point.update(pipeline_parallel=1, context_parallel=1, data_parallel=8, micro_batch_size=4,
+                 virtual_pipeline_stages=1)  # fmt: skip
+    path.write_text(yaml.safe_dump([point]), encoding="utf-8")
+    result = runner.invoke(app, ["query", str(gbt_dir), str(path)])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_query_checks_parquet_points_as_yaml_points(mapping_data: Path, gbt_dir: Path,
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    import pandas as pd
+
+    df = pd.read_parquet(mapping_data).iloc[:3].copy()
+    df.attrs = {}
+    df.loc[df.index[1], "x_pipeline_parallel"] = 17
+    bad = tmp_path / "bad.parquet"
+    df.to_parquet(bad)
+    result = runner.invoke(app, ["query", str(gbt_dir), str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {bad}: rows[1].x_pipeline_parallel must be an integer in [1, 16]; got 17.\n"
+    )
+    empty = tmp_path / "empty.parquet"
+    df.iloc[:0].to_parquet(empty)
+    result = runner.invoke(app, ["query", str(gbt_dir), str(empty)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {empty}: holds no rows; give at least one point.\n"

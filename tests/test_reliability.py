@@ -1,0 +1,413 @@
+"""Bad inputs and faults: each gives a clear error (exit 2), a warning, or a named infeasibility.
+
+No traceback, nothing half-written (issue: "Reliability").
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from deepflow.cli import app
+from deepflow.config import load_scenario
+from deepflow.config.plausibility import plausibility_warnings
+from deepflow.errors import ConfigError, PlausibilityWarning
+from tests.conftest import REPO
+
+runner = CliRunner()
+
+SCENARIO: dict[str, Any] = {
+    "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8},
+    "workload": {"model": "llama3-8b", "global_batch_size": 64, "precision": "bf16"},
+    "mapping": {"data_parallel": 8, "activation_recompute": "full", "zero_stage": 3},
+}
+
+
+def _write(tmp_path: Path, raw: dict[str, Any], name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def _no_traceback(result: Any) -> None:
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# ------------------------------------------------------------------------------ plausibility
+def test_a_tb_figure_in_a_gb_key_warns_naming_the_unit(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["device"] = {"base": "h100-sxm5-80gb", "hbm_bandwidth_GBps": 3.35}
+    path = _write(tmp_path, raw)
+    with pytest.warns(PlausibilityWarning) as record:
+        load_scenario(path)
+    assert str(record[0].message) == (
+        f"{path}: system.device.hbm_bandwidth_GBps = 3.35 is far outside the range of real "
+        "devices (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s)."
+    )
+    result = runner.invoke(app, ["evaluate", str(path)])
+    assert result.exit_code == 0
+    assert "warning: " in result.output and "it looks like TB/s" in result.output
+
+
+def test_an_absurd_batch_warns(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["workload"]["global_batch_size"] = 8 * 10**18
+    path = _write(tmp_path, raw)
+    result = runner.invoke(app, ["evaluate", str(path), "--json"])
+    assert result.exit_code == 0
+    assert (
+        f"warning: {path}: workload.global_batch_size = 8e+18 sequences of 8192 tokens is "
+        "6.55e+22 tokens per step; real runs take at most ~16M (Llama 3 405B): check the batch."
+    ) in result.output
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        ({"clock_GHz": 1830}, "clock_GHz = 1830 is far outside the range of real devices "
+         "(0.9–2.1 GHz); it looks like MHz (1830 MHz = 1.83 GHz)."),
+        ({"hbm_capacity_GiB": 1e-9}, "hbm_capacity_GiB = 1e-09 is far below the range of "
+         "real devices (16–192 GiB); check its unit."),
+        ({"tdp_W": 0.7}, "tdp_W = 0.7 is far outside the range of real devices (75–1200 W); "
+         "it looks like kW (0.7 kW = 700 W)."),
+    ],
+)  # fmt: skip
+def test_device_slips_are_named(device: dict[str, Any], expected: str, tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["device"] = {"base": "h100-sxm5-80gb", **device}
+    path = _write(tmp_path, raw)
+    with pytest.warns(PlausibilityWarning):
+        scenario = load_scenario(path)
+    assert plausibility_warnings(scenario) == [f"{path}: system.device.{expected}"]
+
+
+def test_link_slip_is_named(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["network"] = {"base": "dgx-h100", "scale_up": {"latency_us": 2000}}
+    path = _write(tmp_path, raw)
+    with pytest.warns(PlausibilityWarning, match=r"scale_up.latency_us = 2000 .* looks like ns"):
+        load_scenario(path)
+
+
+def test_shipped_scenarios_raise_no_plausibility_warning() -> None:
+    for path in sorted((REPO / "configs" / "scenarios").glob("*.yaml")):
+        assert plausibility_warnings(load_scenario(path)) == []  # filterwarnings = error
+
+
+# ------------------------------------------------------------------------------ YAML keys
+def test_duplicate_top_level_key_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    text = yaml.safe_dump(SCENARIO, sort_keys=False) + "mapping:\n  data_parallel: 4\n"
+    path.write_text(text, encoding="utf-8")
+    line = text.count("\n") - 1
+    first = text.splitlines().index("mapping:") + 1
+    for command in ("show", "evaluate"):
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2
+        assert result.output.strip() == (
+            f"error: {path}: duplicate key 'mapping' at line {line} (first given at line "
+            f"{first}); give each key once."
+        )
+        _no_traceback(result)
+
+
+def test_duplicate_nested_key_in_a_space_is_an_error() -> None:
+    from deepflow.datasets import space_from_text
+
+    text = "base: x\nvariables:\n  tdp_W: 1\n  tdp_W: 2\n"
+    with pytest.raises(ConfigError, match=r"^sp.yaml: duplicate key 'tdp_W' at line 4 \(first"):
+        space_from_text(text, file="sp.yaml")
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+    from deepflow.config.loader import parse_yaml
+
+    assert parse_yaml("a: &x {k: 1}\nb:\n  <<: *x\n  k: 2\n", "m.yaml") == {
+        "a": {"k": 1},
+        "b": {"k": 2},
+    }
+
+
+# ------------------------------------------------------------------------------ --out
+def test_sample_out_must_be_parquet(tmp_path: Path) -> None:
+    out = tmp_path / "x.csv"
+    space = REPO / "configs" / "spaces" / "mapping-spec.yaml"
+    result = runner.invoke(app, ["sample", str(space), "--num-samples", "4", "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: --out {out}: writes a Parquet file; give a name ending in .parquet."
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_out_must_be_html(tmp_path: Path) -> None:
+    out = tmp_path / "r.png"
+    result = runner.invoke(app, ["report", str(tmp_path), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: --out {out}: writes an HTML page; give a name ending in .html."
+    )
+
+
+def test_result_folder_that_is_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "taken"
+    out.write_text("x")
+    study = REPO / "configs" / "studies" / "default.yaml"
+    for command in ("search", "run"):
+        result = runner.invoke(app, [command, str(study), "--out", str(out)])
+        assert result.exit_code == 2
+        assert result.output.strip() == (
+            f"error: --out {out}: is a file; a result is written to a folder."
+        )
+
+
+# ------------------------------------------------------------------------------ fit, validate
+def test_fit_on_too_few_rows(tmp_path: Path) -> None:
+    from deepflow.datasets import sample
+
+    data = tmp_path / "four.parquet"
+    space = REPO / "configs" / "spaces" / "mapping-spec.yaml"
+    sample(space, num_samples=4, out=data, seed=0, workers=1)
+    result = runner.invoke(app, ["fit", str(data), "--out", str(tmp_path / "m"),
+                                 "--surrogate", "gbt"])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: {data}: 4 rows are too few to fit and score a surrogate (80 % to train, "
+        "20 % to score); need at least 10."
+    )
+    assert not (tmp_path / "m").exists()
+    taken = tmp_path / "file"
+    taken.write_text("x")
+    result = runner.invoke(app, ["fit", str(data), "--out", str(taken)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: --out {taken}: is a file; the surrogate is written to a folder."
+    )
+
+
+def test_validate_with_no_cases(tmp_path: Path) -> None:
+    cases = tmp_path / "none.json"
+    cases.write_text(json.dumps([]))
+    result = runner.invoke(app, ["validate", "--cases", str(cases)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: {cases}: holds no measurement cases; give at least one."
+    )
+
+
+# ------------------------------------------------------------------------------ storage
+SPACE = REPO / "configs" / "spaces" / "mapping-spec.yaml"
+
+
+def test_out_under_a_file(tmp_path: Path) -> None:
+    taken = tmp_path / "file"
+    taken.write_text("x")
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["run", str(study), "--out", str(taken / "sub")])
+    assert result.exit_code == 2
+    sub = taken / "sub"
+    assert result.output.strip() == f"error: --out {sub}: {taken} is a file, not a folder."
+
+
+def test_a_full_disk_keeps_only_resumable_chunks(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import engine, sample
+    from deepflow.errors import StorageError
+
+    out = tmp_path / "d.parquet"
+    real = engine.write_atomic
+    calls = {"chunks": 0}
+
+    def full_after_one_chunk(path: Path, data: bytes) -> None:
+        if path.name.startswith("chunk-"):
+            calls["chunks"] += 1
+            if calls["chunks"] == 2:
+                raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(engine, "write_atomic", full_after_one_chunk)
+    parts = tmp_path / "d.parquet.parts"
+    with pytest.raises(StorageError) as err:
+        sample(SPACE, num_samples=12, out=out, chunk_size=4, workers=1)
+    assert str(err.value) == (
+        f"{parts / 'chunk-000001.parquet'}: No space left on device; 1 finished chunk(s) are "
+        f"kept in {parts} for --resume (delete it to start over)."
+    )
+    assert sorted(p.name for p in parts.iterdir()) == ["chunk-000000.parquet", "manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet.parts"]  # no lock, no tmp
+    monkeypatch.setattr(engine, "write_atomic", real)
+    resumed = sample(SPACE, num_samples=12, out=out, chunk_size=4, workers=1, resume=True)
+    assert resumed.resumed_rows == 4 and out.is_file() and not parts.exists()
+
+
+def test_a_full_disk_before_any_chunk_leaves_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import engine
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(engine, "write_atomic", full)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 1
+    manifest = tmp_path / "d.parquet.parts" / "manifest.json"
+    assert result.output.strip() == f"error: {manifest}: No space left on device."
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    import deepflow.lock
+
+    def denied(path: Any, *args: Any) -> int:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(deepflow.lock.os, "open", denied)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {out}.lock: Permission denied."
+    _no_traceback(result)
+
+
+def test_an_os_error_anywhere_in_a_command_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
+    import deepflow.oracle.evaluate
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(5, "Input/output error", "/dev/sdz")
+
+    monkeypatch.setattr(deepflow.oracle.evaluate, "evaluate_one", broken)
+    result = runner.invoke(app, ["evaluate", str(REPO / "configs/scenarios/lstm-a100.yaml")])
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: /dev/sdz: Input/output error."
+
+
+@pytest.fixture
+def live_pid() -> Any:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_sample_on_one_output_names_the_first(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "d.parquet"
+    lock = tmp_path / "d.parquet.lock"
+    lock.write_text(f"{live_pid}\ndeepflow sample x.yaml --out {out}\n")
+    for extra in ([], ["--resume"]):
+        result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out",
+                                     str(out), "--workers", "1", *extra])  # fmt: skip
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            f"error: dataset {out} is being written by process {live_pid} (deepflow sample "
+            f"x.yaml --out {out}); wait for it to finish or stop it (lock {lock})."
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet.lock"]
+
+
+def test_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a process that is gone (as after kill -9)
+    out = tmp_path / "d.parquet"
+    (tmp_path / "d.parquet.lock").write_text(f"{proc.pid}\ndeepflow sample\n")
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet"]
+
+
+def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "res"
+    lock = tmp_path / "res.lock"
+    lock.write_text(f"{live_pid}\ndeepflow run\n")
+    study = REPO / "configs" / "studies" / "default.yaml"
+    for command in ("search", "run"):
+        result = runner.invoke(app, [command, str(study), "--out", str(out)])
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            f"error: result folder {out} is being written by process {live_pid} (deepflow "
+            f"run); wait for it to finish or stop it (lock {lock})."
+        )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path, damage: str) -> None:
+    from deepflow.datasets import sample
+
+    data = tmp_path / "d.parquet"
+    sample(SPACE, num_samples=40, out=data, seed=0, workers=1)
+    model = tmp_path / "m"
+    fitted = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
+    assert fitted.exit_code == 0, fitted.output
+    weights = model / "model" / "weights.joblib"
+    weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:100])
+    result = runner.invoke(app, ["query", str(model), str(data)])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert line.startswith(f"error: {model / 'model'}: cannot read the surrogate's weights (")
+    assert line.endswith("); the file is damaged: refit the model.")
+    assert "\n" not in line
+
+
+# ------------------------------------------------------------------------------ 80 columns
+def _fits(text: str, width: int = 80) -> None:
+    lines = text.splitlines()
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table, text
+    assert max(len(line) for line in table) <= width, text
+    assert "…" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "hidden"),
+    [
+        (["best-mapping", str(REPO / "configs/scenarios/llama3-8b-h100.yaml"), "--top", "5"],
+         "CP, EP"),
+        (["validate"], "quantity"),
+    ],
+)  # fmt: skip
+def test_tables_fit_80_columns(args: list[str], hidden: str, monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    _fits(result.stdout)
+    assert f"(hidden to fit 80 columns: {hidden}" in result.stdout
+    wide = runner.invoke(app, [*args, "--wide"])
+    assert wide.exit_code == 0
+    assert "hidden to fit" not in wide.stdout and "…" not in wide.stdout
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("┃"))
+    assert hidden.split(", ")[0] in header
+
+
+def test_pareto_table_fits_80_columns(tmp_path: Path, monkeypatch: Any,
+                                      capsys: Any) -> None:  # fmt: skip
+    from deepflow.cli import _print_pareto
+    from tests.report.conftest import make_result_dir
+
+    monkeypatch.setenv("COLUMNS", "80")
+    make_result_dir(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    designs = pareto["designs"] if isinstance(pareto, dict) else pareto
+    _print_pareto(summary, designs, tmp_path)
+    text = capsys.readouterr().out
+    _fits(text)
+    header = next(line for line in text.splitlines() if line.startswith("┃"))
+    assert "step s" in header and "area mm²" in header and "die mm²" not in header
+    assert "hidden to fit 80 columns: mem GiB, cost $; --wide shows them" in text
+    _print_pareto(summary, designs, tmp_path, wide=True)
+    assert "mem GiB" in capsys.readouterr().out
