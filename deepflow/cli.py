@@ -344,6 +344,14 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
     )
+    memory_groups = sum(1 for g in report["groups"].values() if g.get("memory"))
+    if memory_groups and memory_groups < len(report["groups"]):
+        console.print(
+            f"  performance {100 * report['performance_group_weighted_mean_abs_error']:.1f} % "
+            f"({len(report['groups']) - memory_groups} groups), peak memory "
+            f"{100 * report['memory_group_weighted_mean_abs_error']:.1f} % ({memory_groups} "
+            "groups)"
+        )
     from rich.markup import escape
 
     for skip in report.get("skipped", []):

@@ -323,12 +323,22 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
         raise ConfigError(f"{shown}: no case could be scored ({reasons}).")
     groups: dict[str, dict[str, Any]] = {}
     for row in rows:
-        groups.setdefault(row["group"], {"errors": []})["errors"].append(abs(row["error"]))
+        group = groups.setdefault(row["group"], {"errors": [], "memory": True})
+        group["errors"].append(abs(row["error"]))
+        group["memory"] &= str(row["quantity"]).startswith("GiB")
     summary = {
         name: {"cases": len(g["errors"]), "mean_abs_error": float(np.mean(g["errors"])),
-               "max_abs_error": float(np.max(g["errors"]))}
+               "max_abs_error": float(np.max(g["errors"])), "memory": g["memory"]}
         for name, g in groups.items()
     }  # fmt: skip
-    weighted = float(np.mean([g["mean_abs_error"] for g in summary.values()])) if rows else 0.0
-    return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted,
+
+    def weighted_mean(memory: bool | None) -> float:
+        means = [g["mean_abs_error"] for g in summary.values()
+                 if memory is None or g["memory"] == memory]  # fmt: skip
+        return float(np.mean(means)) if means else 0.0
+
+    return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted_mean(None),
+            # time, throughput and bandwidth groups apart from peak-memory groups
+            "performance_group_weighted_mean_abs_error": weighted_mean(False),
+            "memory_group_weighted_mean_abs_error": weighted_mean(True),
             "skipped": skipped}  # fmt: skip

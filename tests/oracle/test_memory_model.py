@@ -214,6 +214,12 @@ def test_peak_memory_measurements_are_scored() -> None:
     assert all(r["measured_GiB"] > 0 and r["model_GiB"] > 0 for r in rows)
     # README "Memory": group-weighted mean |error| 9.9 % (target <= 10 %), 13.1 % by row
     assert np.mean([np.mean(e) for e in groups.values()]) <= 0.10
+    from deepflow.validation import validation_report
+
+    report = validation_report()
+    assert report["memory_group_weighted_mean_abs_error"] == pytest.approx(
+        np.mean([np.mean(e) for e in groups.values()]), rel=1e-12
+    )
     assert np.mean([abs(r["error"]) for r in rows]) <= 0.14
     assert all(r["feasible"] for r in rows)  # every measured run modelled as fitting
 
