@@ -275,7 +275,25 @@ def best_mapping(
     _guard(body)
 
 
+def _print_serving_mappings(result: dict[str, Any], *, wide: bool) -> None:
+    columns: list[Column] = [
+        ("#", 0, "right"), ("tokens/s", 0, "right"), ("TTFT s", 0, "right"),
+        ("TPOT ms", 0, "right"), ("mem GiB", 1, "right"), ("max conc.", 2, "right"),
+        ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"),
+    ]  # fmt: skip
+    rows = [[str(rank), f"{row['tokens_per_s']:.4g}", f"{row['ttft_s']:.3g}",
+             f"{1e3 * row['tpot_s']:.3g}", f"{row['memory_per_device_B'] / 2**30:.1f}",
+             f"{row['max_concurrency']:.0f}", str(row["mapping"]["tensor_parallel"]),
+             str(row["mapping"]["pipeline_parallel"]), str(row["mapping"]["data_parallel"])]
+            for rank, row in enumerate(result["mappings"], 1)]  # fmt: skip
+    title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    _print_table(title, columns, rows, wide=wide)
+
+
 def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
+    if result["mappings"] and "tpot_s" in result["mappings"][0]:
+        _print_serving_mappings(result, wide=wide)
+        return
     columns: list[Column] = [
         ("#", 0, "right"), ("step s", 0, "right"), ("MFU", 1, "right"), ("mem GiB", 1, "right"),
         ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"), ("CP", 3, "right"),

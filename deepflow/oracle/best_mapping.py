@@ -104,6 +104,42 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     }
 
 
+def _best_serving_mappings(
+    scenario: Scenario, top: int, calibration: Calibration
+) -> dict[str, Any]:
+    """Serving: every tensor × pipeline × data-parallel split of the devices (tensor parallel
+    dividing the attention and KV heads, pipeline stages at most the layers), ranked by
+    system output tokens per second among the feasible ones (docs/model.md §D3)."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    model = scenario.workload.model
+    assert isinstance(model, TransformerSpec)
+    n = scenario.system.num_devices
+    rows = [(tp, pp, n // (tp * pp)) for tp in _divisors(n) for pp in _divisors(n // tp)
+            if model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0
+            and pp <= model.num_layers]  # fmt: skip
+    grid = np.array(rows, dtype=float).reshape(-1, 3)
+    columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
+               "data_parallel": grid[:, 2]}  # fmt: skip
+    table = evaluate_table(scenario, columns, calibration=calibration)
+    feasible = np.asarray(table["feasible"], dtype=bool)
+    order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if feasible[i]][:top]
+    out = [
+        {
+            "mapping": {"tensor_parallel": int(grid[i, 0]), "pipeline_parallel": int(grid[i, 1]),
+                        "data_parallel": int(grid[i, 2])},
+            "tokens_per_s": float(table["tokens_per_s"][i]),
+            "ttft_s": float(table["ttft_s"][i]),
+            "tpot_s": float(table["tpot_s"][i]),
+            "step_time_s": float(table["step_time_s"][i]),
+            "memory_per_device_B": float(table["memory_per_device_B"][i]),
+            "max_concurrency": float(table["max_concurrency"][i]),
+        }
+        for i in order
+    ]  # fmt: skip
+    return {"num_valid": len(rows), "num_feasible": int(feasible.sum()), "mappings": out}
+
+
 def best_mappings(
     scenario: Scenario, *, top: int = 10, calibration: Calibration | None = None
 ) -> dict[str, Any]:
@@ -118,6 +154,8 @@ def best_mappings(
         and, for a design-mode device, its budgets: then ``device_constraints`` and
         ``violated_device_constraints`` say which budget rules every mapping out).
     """
+    if scenario.workload.kind == "inference":
+        return _best_serving_mappings(scenario, top, calibration or current_calibration())
     mappings = enumerate_mappings(scenario)
     count = len(mappings["tensor_parallel"])
     model = scenario.workload.model

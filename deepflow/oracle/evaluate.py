@@ -85,6 +85,7 @@ _BUSY = (
     "weight_update",
     "forward_compute",
     "backward_compute",
+    "lm_head",
 )
 
 
@@ -99,7 +100,8 @@ def average_power_W(
     bubbles count as idle (docs/model.md §A6.1: P = P_const + P_static + Σ P_dyn).
     Scalars or equal-length arrays.
     """
-    busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)
+    # serving breakdowns name their phase first (prefill_gemm, decode_attention, ...)
+    busy = sum(v for k, v in breakdown_s.items() if k in _BUSY or k.split("_", 1)[-1] in _BUSY)
     if isinstance(step_time_s, float) and isinstance(peak_power_W, float):  # one evaluation
         share_one = min(busy / step_time_s, 1.0) if step_time_s > 0 else 0.0  # same IEEE ops
         idle_one = idle_fraction * peak_power_W
@@ -134,7 +136,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         ConfigError: a workload kind no registered workload evaluates.
     """
     system, workload, mapping = scenario.system, scenario.workload, scenario.mapping
-    kind = workload_for(workload.model)
+    kind = workload_for(workload.model, workload.kind)
     cal = calibration or current_calibration()
     with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
         caps = device_caps(system.device, workload.precision, calibration=cal)
@@ -183,7 +185,28 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "system_power_W": out["system_power_W"],
         "energy_per_step_J": out["energy_per_step_J"],
         **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
+        **_serving(result, out, summary, workload, system.num_devices),
     }
+
+
+def _serving(
+    result: StepResult, out: Mapping[str, Any], summary: Mapping[str, Any], workload: Any,
+    devices: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A serving evaluation's own outputs: ``ttft_s``, ``tpot_s``, ``max_concurrency``,
+    output tokens per joule, and the cost of a million output tokens (docs/model.md §D4):
+    electricity at ``workload.electricity_usd_per_kWh`` plus, for a design-mode device, its
+    cost amortised over ``workload.amortization_years`` of continuous service."""
+    if not result.extra:
+        return {}
+    per_s = out["tokens_per_s"]
+    energy_per_token_J = out["system_power_W"] / per_s
+    usd = energy_per_token_J * 1e6 / 3.6e6 * workload.electricity_usd_per_kWh
+    hardware = float(summary.get("device_cost_usd", 0.0)) * devices
+    if hardware > 0:
+        usd += hardware / (workload.amortization_years * 365.25 * 86400 * per_s) * 1e6
+    return {**dict(result.extra), "tokens_per_J": 1.0 / energy_per_token_J,
+            "usd_per_Mtoken": usd}  # fmt: skip
 
 
 def _framework_summary(scenario: Scenario) -> dict[str, Any]:
@@ -294,7 +317,7 @@ def evaluate_table(
     Raises:
         ConfigError: an unknown column name, or a workload kind no workload evaluates.
     """
-    kind = workload_for(scenario.workload.model)
+    kind = workload_for(scenario.workload.model, scenario.workload.kind)
     base = kind.columns(scenario.workload, scenario.mapping)
     unknown = sorted(set(columns) - set(base) - set(DESIGN_COLUMNS))
     if unknown:
@@ -328,6 +351,8 @@ def _evaluate_table(
     cols.update(peak_flops=peak, hbm_bandwidth_Bps=_per_case(caps.hbm_bandwidth_Bps, n),
                 area_mm2=area, power_W=peak_power, system_power_W=out["system_power_W"],
                 energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
+    for name, value in result.extra.items():  # a kind's own outputs (serving: ttft_s, ...)
+        cols[name] = np.asarray(value, dtype=float)
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
     constraints = {"memory_excess_B": out["memory_excess_B"]}
