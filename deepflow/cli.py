@@ -346,8 +346,9 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     from rich.console import Console
 
     console = Console()
-    columns: list[Column] = [("case", 0, "left"), ("quantity", 1, "right"),
-                             ("measured", 0, "right"), ("model", 0, "right"),
+    # the error says how far the model is; the two values go first when the table is too wide
+    columns: list[Column] = [("case", 0, "left"), ("quantity", 3, "right"),
+                             ("measured", 2, "right"), ("model", 1, "right"),
                              ("error", 0, "right")]  # fmt: skip
     rows = [[row["id"], row["quantity"], f"{row['measured']:.4g}", f"{row['model']:.4g}",
              f"{100 * row['error']:+.1f} %"] for row in report["cases"]]  # fmt: skip
@@ -362,14 +363,13 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
     )
-    memory_groups = sum(1 for g in report["groups"].values() if g.get("memory"))
-    if memory_groups and memory_groups < len(report["groups"]):
-        console.print(
-            f"  performance {100 * report['performance_group_weighted_mean_abs_error']:.1f} % "
-            f"({len(report['groups']) - memory_groups} groups), peak memory "
-            f"{100 * report['memory_group_weighted_mean_abs_error']:.1f} % ({memory_groups} "
-            "groups)"
-        )
+    kinds = [g.get("kind") for g in report["groups"].values()]
+    parts = [f"{label} {100 * report[f'{kind}_group_weighted_mean_abs_error']:.1f} % "
+             f"({kinds.count(kind)})" for kind, label in
+             (("performance", "performance"), ("memory", "peak memory"), ("serving", "serving"))
+             if kinds.count(kind)]  # fmt: skip
+    if len(parts) > 1:
+        console.print("  by kind (groups): " + ", ".join(parts))
     from rich.markup import escape
 
     for skip in report.get("skipped", []):

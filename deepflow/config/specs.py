@@ -56,7 +56,7 @@ TERA = 1e12
 #: Precisions a device may list a dense peak for (``int8`` in TOP/s).
 PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 #: Training precisions a workload may ask for (contract).
-WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
 #: What a workload runs (contract): training steps or serving requests.
 WORKLOAD_KINDS = ("training", "inference")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")

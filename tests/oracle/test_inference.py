@@ -29,6 +29,16 @@ def serving(**workload: object) -> Scenario:
     return scenario_from_mapping(raw, file="<serving>")
 
 
+def serving_model(model: str) -> Scenario:
+    s = serving()
+    raw = {
+        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 1},
+        "workload": {"kind": "inference", "model": model, "global_batch_size": 1},
+        "mapping": {},
+    }
+    return dataclasses.replace(s, workload=scenario_from_mapping(raw).workload)
+
+
 def with_bandwidth(s: Scenario, factor: float) -> Scenario:
     device = dataclasses.replace(
         s.system.device, hbm_bandwidth_Bps=factor * s.system.device.hbm_bandwidth_Bps
@@ -65,10 +75,19 @@ def test_hbm_bandwidth_speeds_memory_bound_decode_not_compute_bound_prefill() ->
 
 def test_the_kv_cache_bounds_concurrency() -> None:
     r = evaluate_one(serving())
-    over = evaluate_one(serving(global_batch_size=int(r["max_concurrency"]) + 1))
-    fits = evaluate_one(serving(global_batch_size=int(r["max_concurrency"])))
-    assert fits["feasible"] and not over["feasible"]
-    assert "memory_excess_B" in over["violated_constraints"]
+    cap = int(r["max_concurrency"])
+    fits, over = (
+        evaluate_one(serving(global_batch_size=cap)),
+        evaluate_one(serving(global_batch_size=cap + 100)),
+    )
+    # continuous batching runs what the KV cache holds; the rest waits
+    assert fits["active_batch"] == over["active_batch"] == cap
+    assert over["tokens_per_s"] == fits["tokens_per_s"] and over["feasible"]
+    assert fits["memory_per_device_B"] <= fits["memory_capacity_B"]
+    # weights that do not fit leave nothing to batch: infeasible
+    huge = evaluate_one(serving_model("llama3-405b"))
+    assert huge["max_concurrency"] == 0 and not huge["feasible"]
+    assert "memory_excess_B" in huge["violated_constraints"]
     fp8 = evaluate_one(serving(kv_cache_precision="fp8"))
     kv = "kv_cache"
     assert fp8["memory_breakdown_B"][kv] == pytest.approx(r["memory_breakdown_B"][kv] / 2)

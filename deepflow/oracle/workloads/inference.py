@@ -18,7 +18,8 @@ shapes and kernels (:mod:`deepflow.oracle.workloads.transformer`):
 * memory per device: the weights of its stage and tensor shard, the KV cache of the batch at
   full context, the prefill's transient activations, and the framework reserves of training
   (``configs/calibration/frameworks.yaml``, ``memory``) → ``max_concurrency`` (requests a
-  replica holds), feasibility.
+  replica holds); a batch beyond it waits (continuous batching: ``active_batch`` runs), so
+  only weights that do not fit make a case infeasible.
 """
 
 from __future__ import annotations
@@ -64,10 +65,22 @@ def inference_step(
                                                 "experts_per_token"))  # fmt: skip
     tp, pp, dp, ep = (x[k] for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
                                      "expert_parallel"))  # fmt: skip
-    s_in, s_out, batch = x["input_tokens"], x["output_tokens"], x["global_batch_size"]
+    s_in, s_out = x["input_tokens"], x["output_tokens"]
     d_h, mats, moe = h / a, 2.0 + x["swiglu"], experts > 1
     p_act = max(caps.bytes_per_element, 2.0)  # activations and messages stay 16-bit (§C6.4)
     layers = np.ceil(L / pp)
+    # continuous batching holds what the KV cache fits and queues the rest: the active batch
+    memory, per_request = _memory(caps, x, cal, layers, p_act)
+    # total = (weights + workspace + B·per_request)·(1 + fragmentation) + context + NCCL
+    fixed = (memory["weights"] + memory["workspace"]) * (1 + cal.fragmentation) + (
+        memory["cuda_context"] + memory["nccl_buffers"]
+    )
+    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
+    capacity = np.floor(np.maximum(free, 0.0) / per_request)
+    batch = np.where(capacity >= 1, np.minimum(x["global_batch_size"], capacity),
+                     x["global_batch_size"])  # fmt: skip
+    x = {**x, "global_batch_size": batch}
+    memory, _ = _memory(caps, x, cal, layers, p_act)
 
     def layer_time(tokens: Any, context: Any, causal: Any, decode: bool) -> dict[str, Any]:
         """One layer on one device for ``tokens`` new tokens attending to ``context`` each."""
@@ -125,12 +138,6 @@ def inference_step(
     breakdown |= {f"decode_{k}": s_out * pp * layers * v for k, v in dec.items()}
     breakdown["decode_pipeline_p2p"] = s_out * dec_p2p
     breakdown["decode_lm_head"] = s_out * head_time(batch)
-    memory, per_request = _memory(caps, x, cal, layers, p_act)
-    # total = (weights + workspace + B·per_request)·(1 + fragmentation) + context + NCCL
-    fixed = (memory["weights"] + memory["workspace"]) * (1 + cal.fragmentation) + (
-        memory["cuda_context"] + memory["nccl_buffers"]
-    )
-    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
     params = L * params_per_layer(x, np) + 2 * vocab * h
     active = params - L * np.where(moe, mats * h * ffn * (experts - topk), 0.0)
     step = ttft + s_out * tpot
@@ -144,7 +151,8 @@ def inference_step(
         "samples_per_step": dp * batch,
         "ttft_s": ttft,
         "tpot_s": tpot,
-        "max_concurrency": np.floor(np.maximum(free, 0.0) / per_request),
+        "max_concurrency": capacity,
+        "active_batch": batch,
     }
 
 
@@ -232,5 +240,5 @@ class InferenceWorkload(Workload):
             out["tokens_per_step"],
             out["samples_per_step"],
             out["memory_breakdown_B"],
-            {k: out[k] for k in ("ttft_s", "tpot_s", "max_concurrency")},
+            {k: out[k] for k in ("ttft_s", "tpot_s", "max_concurrency", "active_batch")},
         )
