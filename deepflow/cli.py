@@ -366,7 +366,7 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     kinds = [g.get("kind") for g in report["groups"].values()]
     parts = [f"{label} {100 * report[f'{kind}_group_weighted_mean_abs_error']:.1f} % "
              f"({kinds.count(kind)})" for kind, label in
-             (("performance", "performance"), ("memory", "peak memory"), ("serving", "serving"))
+             (("performance", "performance"), ("memory", "memory"), ("serving", "serving"))
              if kinds.count(kind)]  # fmt: skip
     if len(parts) > 1:
         console.print("  by kind (groups): " + ", ".join(parts))

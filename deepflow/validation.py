@@ -207,8 +207,9 @@ def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[s
 def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Model vs measured serving figures of one case: a row per quantity it states
     (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
-    ``<group>/<quantity>`` (the row's ``quantity`` names it). A case whose scheduler picked the batch (offline throughput runs)
-    is modelled at the batch its KV cache holds (``max_concurrency``; docs/model.md §D3)."""
+    ``<group>/<quantity>`` (the row's ``quantity`` names it). A case whose scheduler picked
+    the batch (offline throughput runs) is modelled at the batch its KV cache holds
+    (``max_concurrency``; docs/model.md §D3)."""
     from deepflow.measurements import SERVING_QUANTITIES, inference_case_scenario
     from deepflow.oracle.evaluate import evaluate_one
 
