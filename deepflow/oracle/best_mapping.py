@@ -109,7 +109,7 @@ def _best_serving_mappings(
 ) -> dict[str, Any]:
     """Serving: every tensor × pipeline × data-parallel split of the devices (tensor parallel
     dividing the attention and KV heads, pipeline stages at most the layers), ranked by
-    system output tokens per second among the feasible ones (docs/model.md §D3)."""
+    system output tokens per second among the feasible ones (docs/model.md §D1, §D2)."""
     from deepflow.oracle.evaluate import evaluate_table
 
     model = scenario.workload.model
