@@ -7,6 +7,7 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import warnings
@@ -459,8 +460,18 @@ def fit(
                 f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
                 f"train, 20 % to score); need at least {MIN_FIT_ROWS}."
             )
-        model, report = fit_surrogate(df, surrogate, targets=names,
-                                      max_train_rows=max_rows, random_state=seed)  # fmt: skip
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        rows = min(len(df), max_rows) if max_rows else len(df)
+        console = Console(stderr=True)
+        bar = Progress(SpinnerColumn(), TextColumn(f"fitting the {surrogate} surrogate on up "
+                                                   f"to {rows:,} rows"), TimeElapsedColumn(),
+                       console=console, transient=True)  # fmt: skip
+        with bar if console.is_terminal else contextlib.nullcontext():  # a clock while it fits
+            bar.add_task("fit", total=None)
+            model, report = fit_surrogate(df, surrogate, targets=names,
+                                          max_train_rows=max_rows, random_state=seed)  # fmt: skip
         report["out"] = str(model.save(out))
         _emit(report, as_json, _print_fit)
 
