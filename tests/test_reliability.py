@@ -411,3 +411,23 @@ def test_pareto_table_fits_80_columns(tmp_path: Path, monkeypatch: Any,
     assert "hidden to fit 80 columns: mem GiB, cost $; --wide shows them" in text
     _print_pareto(summary, designs, tmp_path, wide=True)
     assert "mem GiB" in capsys.readouterr().out
+
+
+def test_a_failed_model_save_leaves_no_folder(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import sample
+
+    data = tmp_path / "d.parquet"
+    sample(SPACE, num_samples=40, out=data, seed=0, workers=1)
+
+    def full(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        if self.name == "metadata.json":
+            raise OSError(28, "No space left on device", str(self))
+        return real(self, data, *args, **kwargs)
+
+    real = Path.write_text
+    monkeypatch.setattr(Path, "write_text", full)
+    model = tmp_path / "m"
+    result = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {model / 'metadata.json'}: No space left on device."
+    assert not model.exists()
