@@ -406,8 +406,8 @@ def sample(
         def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
             raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, stop)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, stop) if main else None
         try:
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
@@ -415,6 +415,8 @@ def sample(
                 resume=resume, address=address, progress=progress,
             )  # fmt: skip
         finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             if task_ids:
                 bar.stop()
         resumed = f", {result.resumed_rows:,} kept from the interrupted run" if (

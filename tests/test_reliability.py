@@ -431,3 +431,14 @@ def test_a_failed_model_save_leaves_no_folder(tmp_path: Path, monkeypatch: Any) 
     assert result.exit_code == 1
     assert result.output.strip() == f"error: {model / 'metadata.json'}: No space left on device."
     assert not model.exists()
+
+
+def test_sample_restores_the_sigterm_handler(tmp_path: Path) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert signal.getsignal(signal.SIGTERM) == before
