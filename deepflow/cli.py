@@ -280,6 +280,11 @@ def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
         ])  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
     _print_table(title, columns, rows, wide=wide)
+    counts = {k: v for k, v in result.get("violations", {}).items() if v}
+    if counts:
+        why = ", ".join(f"{name} {n:,}" for name, n in counts.items())
+        typer.echo(f"no feasible mapping among {result['num_valid']:,}; mappings breaking each "
+                   f"constraint: {why}.")  # fmt: skip
     violated = result.get("violated_device_constraints")
     if violated:
         budgets = result["device_constraints"]
