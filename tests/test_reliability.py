@@ -275,6 +275,24 @@ def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> Non
     assert result.exit_code == 1
     assert result.output.strip() == f"error: {out}.lock: Permission denied."
     _no_traceback(result)
+    res = tmp_path / "res"
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["search", str(study), "--out", str(res)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {res}.lock: Permission denied."
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_vanishing_bandwidth_warns(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["device"] = {"base": "h100-sxm5-80gb", "hbm_bandwidth_GBps": 1.0e-30}
+    path = _write(tmp_path, raw)
+    with pytest.warns(PlausibilityWarning) as record:
+        load_scenario(path)
+    assert str(record[0].message) == (
+        f"{path}: system.device.hbm_bandwidth_GBps = 1e-30 is far below the range of real "
+        "devices (900–8000 GB/s); check its unit."
+    )
 
 
 def test_an_os_error_anywhere_in_a_command_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
