@@ -775,7 +775,11 @@ def report(
 
         if out is not None:
             _check_out_suffix(out, ".html", "an HTML page")
-        path = write_report(result_dir, out)
+        if not Path(result_dir).is_dir():  # the report's own message names what is missing
+            path = write_report(result_dir, out)
+        else:
+            with _result_lock(Path(result_dir)):  # not while a search or run writes it
+                path = write_report(result_dir, out)
         typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
 
     _guard(body)

@@ -360,6 +360,10 @@ def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:
             f"run); wait for it to finish or stop it (lock {lock})."
         )
     assert not out.exists()
+    out.mkdir()
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith(f"error: result folder {out} is being written by")
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
