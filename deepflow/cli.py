@@ -708,6 +708,15 @@ def search(
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
         _check_out_suffix(out_dir, "", "a result")
+        settings = study.search
+        if settings.strategy == "botorch":  # minutes per batch: say so before it starts
+            batches = -(-settings.budget // settings.batch_size)
+            typer.echo(
+                f"note: botorch fits a GP and optimises its acquisition for each of "
+                f"{batches} batch(es) of {settings.batch_size}: about 85 s per batch of 8 on "
+                "the default study's space on one CPU thread (README, performance).",
+                err=True,
+            )
         bar, progress = _study_progress()
         try:
             with _result_lock(out_dir):

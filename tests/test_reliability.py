@@ -464,3 +464,16 @@ def test_sample_restores_the_sigterm_handler(tmp_path: Path) -> None:
                                  "--workers", "1"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_botorch_search_says_it_is_slow(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "res"
+    (tmp_path / "res.lock").write_text(f"{live_pid}\ndeepflow search\n")  # stop after the note
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "20",
+                                 "--out", str(out)])  # fmt: skip
+    assert result.stderr.startswith(
+        "note: botorch fits a GP and optimises its acquisition for each of 3 batch(es) of 8: "
+        "about 85 s per batch of 8 on the default study's space on one CPU thread (README, "
+        "performance).\n"
+    )
