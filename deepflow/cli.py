@@ -7,6 +7,7 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import warnings
@@ -314,6 +315,11 @@ def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
         ])  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
     _print_table(title, columns, rows, wide=wide)
+    counts = {k: v for k, v in result.get("violations", {}).items() if v}
+    if counts:
+        why = ", ".join(f"{name} {n:,}" for name, n in counts.items())
+        typer.echo(f"no feasible mapping among {result['num_valid']:,}; mappings breaking each "
+                   f"constraint: {why}.")  # fmt: skip
     violated = result.get("violated_device_constraints")
     if violated:
         budgets = result["device_constraints"]
@@ -448,8 +454,8 @@ def sample(
         def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
             raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, stop)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, stop) if main else None
         try:
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
@@ -457,6 +463,8 @@ def sample(
                 resume=resume, address=address, progress=progress,
             )  # fmt: skip
         finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             if task_ids:
                 bar.stop()
         resumed = f", {result.resumed_rows:,} kept from the interrupted run" if (
@@ -502,8 +510,18 @@ def fit(
                 f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
                 f"train, 20 % to score); need at least {MIN_FIT_ROWS}."
             )
-        model, report = fit_surrogate(df, surrogate, targets=names,
-                                      max_train_rows=max_rows, random_state=seed)  # fmt: skip
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        rows = min(len(df), max_rows) if max_rows else len(df)
+        console = Console(stderr=True)
+        bar = Progress(SpinnerColumn(), TextColumn(f"fitting the {surrogate} surrogate on up "
+                                                   f"to {rows:,} rows"), TimeElapsedColumn(),
+                       console=console, transient=True)  # fmt: skip
+        with bar if console.is_terminal else contextlib.nullcontext():  # a clock while it fits
+            bar.add_task("fit", total=None)
+            model, report = fit_surrogate(df, surrogate, targets=names,
+                                          max_train_rows=max_rows, random_state=seed)  # fmt: skip
         report["out"] = str(model.save(out))
         _emit(report, as_json, _print_fit)
 
@@ -733,6 +751,15 @@ def search(
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
         _check_out_suffix(out_dir, "", "a result")
+        settings = study.search
+        if settings.strategy == "botorch":  # minutes per batch: say so before it starts
+            batches = -(-settings.budget // settings.batch_size)
+            typer.echo(
+                f"note: botorch fits a GP and optimises its acquisition for each of "
+                f"{batches} batch(es) of {settings.batch_size}: about 85 s per batch of 8 on "
+                "the default study's space on one CPU thread (README, performance).",
+                err=True,
+            )
         bar, progress = _study_progress()
         try:
             with _result_lock(out_dir):
@@ -800,7 +827,11 @@ def report(
 
         if out is not None:
             _check_out_suffix(out, ".html", "an HTML page")
-        path = write_report(result_dir, out)
+        if not Path(result_dir).is_dir():  # the report's own message names what is missing
+            path = write_report(result_dir, out)
+        else:
+            with _result_lock(Path(result_dir)):  # not while a search or run writes it
+                path = write_report(result_dir, out)
         typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
 
     _guard(body)

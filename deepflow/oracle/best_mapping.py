@@ -152,7 +152,8 @@ def best_mappings(
         ``memory_breakdown_B`` and ``breakdown_s``.
         Feasible follows :func:`deepflow.oracle.feasibility.feasible` (memory, valid outputs
         and, for a design-mode device, its budgets: then ``device_constraints`` and
-        ``violated_device_constraints`` say which budget rules every mapping out).
+        ``violated_device_constraints`` say which budget rules every mapping out). When none
+        is feasible, ``violations`` counts the mappings breaking each constraint.
     """
     if scenario.workload.kind == "inference":
         return _best_serving_mappings(scenario, top, calibration or current_calibration())
@@ -202,4 +203,9 @@ def best_mappings(
     if budgets:
         found["device_constraints"] = budgets
         found["violated_device_constraints"] = violated(budgets)
+    if not feasible.any():  # why: how many mappings break each constraint
+        found["violations"] = {
+            name: int(np.broadcast_to(np.logical_not(is_feasible({name: value})), (count,)).sum())
+            for name, value in constraints.items()
+        }
     return found

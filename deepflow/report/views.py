@@ -304,9 +304,11 @@ def design_table(result: Result) -> tuple[list[str], list[list[str]]]:
                 lambda d: _name(x_or(d, "x_dram_technology", "system", "device", "dram_technology"))
             ),
         ),
-        (
+        (  # the area objective is the die area: one column
             "die area (mm²)",
-            value(lambda d: x_or(d, "x_die_area_mm2", "system", "device", "die_area_mm2")),
+            value(lambda d: x_or(d, "x_die_area_mm2", "system", "device", "die_area_mm2"))
+            if "area_mm2" not in objective_names
+            else [],
         ),
         ("TDP (W)", value(lambda d: x_or(d, "x_tdp_W", "system", "device", "tdp_W"))),
         ("device power (W)", output("power_W") if "power_W" not in objective_names else []),

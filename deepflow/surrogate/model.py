@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -119,11 +120,22 @@ class SurrogateModel:
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | Path) -> Path:
         """Write the folder ``path`` (created if needed); returns it."""
-        import joblib
 
         p = Path(path)
         if p.exists() and not p.is_dir():
             raise ConfigError(f"{p}: exists and is not a directory.")
+        created = not p.exists()
+        try:
+            self._save(p)
+        except BaseException:  # a full disk, a signal: no half-written model folder is left
+            if created:
+                shutil.rmtree(p, ignore_errors=True)
+            raise
+        return p
+
+    def _save(self, p: Path) -> None:
+        import joblib
+
         p.mkdir(parents=True, exist_ok=True)
         self.model.save(p / "model")
         if self.classifier is not None:
@@ -140,7 +152,6 @@ class SurrogateModel:
             **self.info,
         }
         (p / "metadata.json").write_text(json.dumps(meta, indent=2), "utf-8")
-        return p
 
     @classmethod
     def load(cls, path: str | Path, *, space_sha256: str | None = None) -> SurrogateModel:
