@@ -60,7 +60,7 @@ I64 = NDArray[np.int64]
 #: Oracle outputs that are constraints (<= 0 feasible): the dataset's ``c_`` columns.
 CONSTRAINTS = (
     "memory_excess_B", "area_excess_mm2", "power_excess_W", "perimeter_excess",
-    "reticle_excess_mm2",
+    "reticle_excess_mm2", "sram_excess_B",
 )  # fmt: skip
 _MAPPING = "__mapping__"
 #: The transformer's mapping knobs other than the structural degrees (which the mapping table

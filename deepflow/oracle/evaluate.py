@@ -29,6 +29,7 @@ from deepflow.oracle.hardware import (
     device_caps,
     device_summary,
 )
+from deepflow.oracle.kernels import sram_excess_B
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads import StepResult, workload_for
 
@@ -111,7 +112,9 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     Returns:
         The contract keys: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``,
         ``model_flops_per_step``, ``mfu``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``feasible``, ``breakdown_s`` (sums to ``step_time_s``),
+        ``memory_excess_B``, ``sram_excess_B`` (the smallest GEMM tile vs the L1 and register
+        file per SM, :func:`deepflow.oracle.kernels.sram_excess_B`), ``feasible`` (both ≤ 0),
+        ``breakdown_s`` (sums to ``step_time_s``),
         ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
@@ -133,6 +136,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     peak_power = float(summary["power_W"])
     out = _outputs(result, caps, peak_power, system.num_devices)
     power = out["average_power_W"]
+    sram_excess = float(sram_excess_B(caps))
     return {
         "step_time_s": out["step_time_s"],
         "tokens_per_s": out["tokens_per_s"],
@@ -142,7 +146,8 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "memory_per_device_B": out["memory_per_device_B"],
         "memory_capacity_B": out["memory_capacity_B"],
         "memory_excess_B": out["memory_excess_B"],
-        "feasible": bool(out["memory_fits"]),
+        "sram_excess_B": sram_excess,
+        "feasible": bool(out["memory_fits"]) and sram_excess <= 0,
         "breakdown_s": result.breakdown_s,
         "memory_breakdown_B": dict(result.memory_breakdown_B),
         "device": {
@@ -230,8 +235,9 @@ def evaluate_table(
     Returns:
         Columns of n: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``, ``mfu``,
         ``model_flops_per_step``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``feasible`` (memory and, for designs, area/power/perimeter/
-        reticle), ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``,
+        ``memory_excess_B``, ``sram_excess_B``, ``feasible`` (memory, SRAM and, for designs,
+        area/power/perimeter/reticle), ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``,
+        ``power_W``,
         ``system_power_W``, ``energy_per_step_J``, ``breakdown_<part>_s`` and, for design
         devices, ``die_cost_usd``, ``device_cost_usd`` and the constraint columns
         ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
@@ -270,7 +276,8 @@ def evaluate_table(
                 energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
-    feasible = out["memory_fits"]
+    cols["sram_excess_B"] = _per_case(sram_excess_B(caps), n)
+    feasible = out["memory_fits"] & (cols["sram_excess_B"] <= 0)
     if derived:
         cols.update({name: derived[name] for name in _DESIGN_OUTPUTS})
         feasible = feasible & (derived["feasible"] > 0)
