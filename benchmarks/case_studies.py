@@ -266,6 +266,10 @@ def node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
 
 
 # ----------------------------------------------------------------------------- case 2
+#: The wafer-scale and board links compared both ways in case 2a (configs/technologies/).
+WAFER_LINK, PCB_LINK = "siif-2020", "crossflow-pcb"
+
+
 def _lstm_reference(system: Mapping[str, Any]) -> float:
     """Step time of the paper's wafer scenario with ``system`` keys replaced."""
     raw = {
@@ -301,14 +305,26 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
     print(f"\nreferences: paper's wafer preset (345 GB/s mesh) {wafer:.3f} s; 20 separate "
           f"packages on a board (51.6 GB/s PCB scale-out, fat tree) {board:.3f} s; compute "
           f"+ weight update alone {float(lstm['y_step_time_s'].min()):.3f} s at best")  # fmt: skip
+    by_link = {r["link"]: r for r in rows}
+    rows = []
+    for p in lstm_powers:
+        wafer_s, pcb_s = by_link[WAFER_LINK][f"{p:g} W"], by_link[PCB_LINK][f"{p:g} W"]
+        rows.append({
+            "link power": f"{p:g} W", f"{WAFER_LINK} (s)": wafer_s, f"{PCB_LINK} (s)": pcb_s,
+            "PCB / wafer": pcb_s / wafer_s, "wafer / PCB": wafer_s / pcb_s,
+            "faster": "wafer (Si-IF)" if wafer_s < pcb_s else "PCB" if pcb_s < wafer_s else "tie",
+        })  # fmt: skip
+    print_table(f"Case 2a': wafer-scale ({WAFER_LINK}, Pal & Gupta SLIP 2020 parameters) vs "
+                f"PCB SerDes ({PCB_LINK}), both directions", rows)  # fmt: skip
 
     # GPT-3: best mapping per (link, power).
     llm_raw = read_space_yaml("case-packaging-llm")
     llm_powers = list(llm_raw["variables"]["power_scale_up_W"]["choices"])
+    llm_links = list(llm_raw["variables"]["scale_up_link"]["choices"])
     llm: dict[tuple[str, float], pd.Series] = {}
     small = Size(max(size.num_samples // 4, 16), size.rounds, size.parents // 2 or 1,
                  size.children // 2 or 1)  # fmt: skip
-    for link in links:
+    for link in llm_links:
         for p in llm_powers:
             space = variant(
                 "case-packaging-llm",
@@ -318,7 +334,7 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
             u, df = optimise(space, small, seed=seed)
             llm[(link, p)] = best(u, df)[1]
     rows = []
-    for link in links:
+    for link in llm_links:
         row = {"link": link}
         for p in llm_powers:
             b = llm[(link, p)]
@@ -329,12 +345,15 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"]
-    for link, c in zip(links, colours, strict=False):
+    colours = dict(zip(links, ["#4e79a7", "#f28e2b", "#b07aa1", "#59a14f", "#e15759", "#bab0ac"],
+                       strict=False))  # fmt: skip
+    for link in links:
         sel = lstm[lstm["x_scale_up_link"] == link].sort_values("x_power_scale_up_W")
-        axes[0].plot(sel["x_power_scale_up_W"], sel["y_step_time_s"], "o-", color=c, label=link)
+        axes[0].plot(sel["x_power_scale_up_W"], sel["y_step_time_s"], "o-", color=colours[link],
+                     label=link)  # fmt: skip
+    for link in llm_links:
         axes[1].plot(llm_powers, [llm[(link, p)]["y_step_time_s"] for p in llm_powers], "o-",
-                     color=c, label=link)  # fmt: skip
+                     color=colours.get(link, "#76b7b2"), label=link)  # fmt: skip
     axes[0].axhline(wafer, ls="--", color="grey", lw=1)
     axes[0].text(lstm_powers[0], wafer, "paper wafer preset (345 GB/s)", fontsize=7, va="bottom")
     axes[0].axhline(board, ls=":", color="black", lw=1)

@@ -44,3 +44,15 @@ def test_parallelism_split_dims_lead():
     mod = _module()
     space = mod.variant("case-parallelism-balance", "t", variables={"tensor_parallel": 1})
     assert mod._split_dims(space) == 16
+
+
+def test_packaging_compares_the_sourced_siif_link_with_pcb_both_ways(tmp_path, capsys):
+    mod = _module()
+    assert mod.WAFER_LINK == "siif-2020"
+    mod.main(["packaging", "--quick", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "wafer-scale (siif-2020, Pal & Gupta SLIP 2020 parameters) vs PCB SerDes" in out
+    assert "PCB / wafer" in out and "wafer / PCB" in out
+    # With the 2020 Si-IF parameters the wafer wins at every link power (issue 17).
+    table = out.split("both directions")[1]
+    assert table.count("wafer (Si-IF)") == 5 and "| PCB |" not in table

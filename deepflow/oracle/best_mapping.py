@@ -16,7 +16,7 @@ from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.errors import ConfigError
-from deepflow.oracle.evaluate import network_model
+from deepflow.oracle.evaluate import device_network
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads.transformer import (
     FULL_RECOMPUTE,
@@ -121,8 +121,7 @@ def best_mappings(
     x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
     cal = calibration or current_calibration()
     caps = device_caps(scenario.system.device, scenario.workload.precision, calibration=cal)
-    links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-    net = network_model(scenario, *links, calibration=cal)
+    net = device_network(scenario, caps, calibration=cal)
     result = transformer_step(caps, net, x, calibration=cal)
     step = result["step_time_s"]
     memory = result["memory_per_device_B"]

@@ -33,7 +33,13 @@ from deepflow.oracle.kernels import sram_excess_B
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads import StepResult, workload_for
 
-__all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
+__all__ = [
+    "average_power_W",
+    "device_network",
+    "evaluate_one",
+    "evaluate_table",
+    "network_model",
+]
 
 F = NDArray[np.float64]
 
@@ -43,28 +49,53 @@ def network_model(
     scale_up_Bps: float = 0.0,
     scale_out_Bps: float = 0.0,
     *,
+    scale_up_latency_s: float | None = None,
+    scale_out_latency_s: float | None = None,
     calibration: Calibration | None = None,
 ) -> NetworkModel:
-    """The scenario's network; a design-mode device's own link bandwidths override the preset's.
-    ``calibration`` defaults to the files in use."""
+    """The scenario's network; a design-mode device's own link bandwidths override the preset's,
+    and with them (where given) the links' latencies replace the preset's per-step latency
+    (docs/model.md §B3.5). ``calibration`` defaults to the files in use."""
     return _network_model(
         scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps,
+        scale_up_latency_s if scale_up_Bps else None,
+        scale_out_latency_s if scale_out_Bps else None,
         calibration or current_calibration(),
     )  # fmt: skip
+
+
+def device_network(
+    scenario: Scenario, caps: DeviceCaps, *, calibration: Calibration | None = None
+) -> NetworkModel:
+    """The network of ``scenario`` with the links of a design-mode device ``caps`` (bandwidth
+    and latency; spec-mode devices have none and get the preset)."""
+    return network_model(
+        scenario,
+        caps.scale_up_bandwidth_Bps,
+        caps.scale_out_bandwidth_Bps,
+        scale_up_latency_s=caps.scale_up_latency_s,
+        scale_out_latency_s=caps.scale_out_latency_s,
+        calibration=calibration,
+    )
 
 
 @lru_cache(maxsize=1024)
 def _network_model(
     network: NetworkSpec, devices_per_node: int, scale_up_Bps: float, scale_out_Bps: float,
-    calibration: Calibration,
+    scale_up_latency_s: float | None, scale_out_latency_s: float | None, calibration: Calibration,
 ) -> NetworkModel:  # fmt: skip
-    return NetworkModel.from_spec(
+    net = NetworkModel.from_spec(
         network,
         devices_per_node,
         scale_up_bandwidth_Bps=scale_up_Bps or None,
         scale_out_bandwidth_Bps=scale_out_Bps or None,
         calibration=calibration.network,
     )
+    if scale_up_latency_s is not None:
+        net = replace(net, scale_up_latency_s=scale_up_latency_s)
+    if scale_out_latency_s is not None:
+        net = replace(net, scale_out_latency_s=scale_out_latency_s)
+    return net
 
 
 #: Breakdown components during which the device's matrix units and memory are busy; the rest
@@ -128,9 +159,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     kind = workload_for(workload.model)
     cal = calibration or current_calibration()
     caps = device_caps(system.device, workload.precision, calibration=cal)
-    net = network_model(
-        scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps, calibration=cal
-    )
+    net = device_network(scenario, caps, calibration=cal)
     result = kind.step_one(caps, net, kind.columns(workload, mapping), calibration=cal)
     summary = device_summary(system.device)
     peak_power = float(summary["power_W"])
@@ -309,5 +338,9 @@ def _table_system(
         net,
         scale_up_bandwidth_Bps=np.where(up > 0, up, net.scale_up_bandwidth_Bps),
         scale_out_bandwidth_Bps=np.where(out > 0, out, net.scale_out_bandwidth_Bps),
+        scale_up_latency_s=np.where(up > 0, derived["scale_up_latency_s"], net.scale_up_latency_s),
+        scale_out_latency_s=np.where(
+            out > 0, derived["scale_out_latency_s"], net.scale_out_latency_s
+        ),
     )
     return caps, net, derived

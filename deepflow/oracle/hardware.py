@@ -514,6 +514,8 @@ class DeviceCaps:
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
+    scale_up_latency_s: float = 0.0  # the design's own link latency (with its bandwidth)
+    scale_out_latency_s: float = 0.0
 
 
 # DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
@@ -556,6 +558,8 @@ def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
         "register_file_bandwidth_Bps": d["register_file_bandwidth_Bps"],
         "scale_up_bandwidth_Bps": d["scale_up_bandwidth_Bps"],
         "scale_out_bandwidth_Bps": d["scale_out_bandwidth_Bps"],
+        "scale_up_latency_s": d["scale_up_latency_s"],
+        "scale_out_latency_s": d["scale_out_latency_s"],
     }
 
 
