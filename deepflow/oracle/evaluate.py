@@ -20,10 +20,12 @@ from deepflow.config.specs import (
     Scenario,
 )
 from deepflow.errors import ConfigError
+from deepflow.oracle.energy import ENERGY_PARTS, derived_energies, ops_energy_J, spec_energies
 from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
     DeviceCaps,
     derive,
+    derive_one,
     derived_caps_fields,
     design_table,
     device_caps,
@@ -149,7 +151,10 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
-        average power, :func:`average_power_W`, for the whole step). ``calibration``
+        average power, :func:`average_power_W`, for the whole step), and the per-operation
+        energy ``energy_per_step_ops_J`` with its parts ``energy_ops_breakdown_J``
+        (:func:`deepflow.oracle.energy.ops_energy_J`; the activity estimate is its
+        cross-check). ``calibration``
         defaults to the files in use (:func:`deepflow.config.calibration.current_calibration`).
 
     Raises:
@@ -166,6 +171,16 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     out = _outputs(result, caps, peak_power, system.num_devices)
     power = out["average_power_W"]
     sram_excess = float(sram_excess_B(caps))
+    device = system.device
+    energies = (
+        derived_energies(derive_one(device), caps.idle_power_fraction)
+        if isinstance(device, DesignDeviceSpec)
+        else spec_energies(device, caps.idle_power_fraction)
+    )
+    ops = ops_energy_J(caps, energies, result.breakdown_s, net=net,
+                       step_time_s=result.step_time_s,
+                       model_flops_per_step=result.model_flops_per_step,
+                       num_devices=system.num_devices, num_nodes=system.num_nodes)  # fmt: skip
     return {
         "step_time_s": out["step_time_s"],
         "tokens_per_s": out["tokens_per_s"],
@@ -191,6 +206,8 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "num_devices": system.num_devices,
         "system_power_W": out["system_power_W"],
         "energy_per_step_J": out["energy_per_step_J"],
+        "energy_per_step_ops_J": float(sum(ops.values())),
+        "energy_ops_breakdown_J": {k: float(v) for k, v in ops.items()},
     }
 
 
@@ -267,7 +284,9 @@ def evaluate_table(
         ``memory_excess_B``, ``sram_excess_B``, ``feasible`` (memory, SRAM and, for designs,
         area/power/perimeter/reticle), ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``,
         ``power_W``,
-        ``system_power_W``, ``energy_per_step_J``, ``breakdown_<part>_s`` and, for design
+        ``system_power_W``, ``energy_per_step_J``, ``energy_per_step_ops_J`` with its parts
+        ``energy_ops_<part>_J`` (:data:`deepflow.oracle.energy.ENERGY_PARTS`),
+        ``breakdown_<part>_s`` and, for design
         devices, ``die_cost_usd``, ``device_cost_usd`` and the constraint columns
         ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
         Row i equals ``evaluate_one`` of the scenario with row i's values.
@@ -303,6 +322,20 @@ def evaluate_table(
     cols.update(peak_flops=peak, hbm_bandwidth_Bps=_per_case(caps.hbm_bandwidth_Bps, n),
                 area_mm2=area, power_W=peak_power, system_power_W=out["system_power_W"],
                 energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
+    device = scenario.system.device
+    energies = (
+        derived_energies(derived, caps.idle_power_fraction)
+        if isinstance(device, DesignDeviceSpec)
+        else spec_energies(device, caps.idle_power_fraction)
+    )
+    ops = ops_energy_J(caps, energies, result.breakdown_s, net=net,
+                       step_time_s=result.step_time_s,
+                       model_flops_per_step=result.model_flops_per_step,
+                       num_devices=scenario.system.num_devices,
+                       num_nodes=scenario.system.num_nodes)  # fmt: skip
+    cols["energy_per_step_ops_J"] = sum(ops[k] for k in ENERGY_PARTS)
+    for name in ENERGY_PARTS:
+        cols[f"energy_ops_{name}_J"] = ops[name]
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
     cols["sram_excess_B"] = _per_case(sram_excess_B(caps), n)

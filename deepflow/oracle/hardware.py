@@ -332,6 +332,7 @@ def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
         "hbm_bandwidth_Bps": wires * df / 8.0,
         "hbm_latency_s": t["dram_latency_s"],
         "dram_power_W": np.minimum(t["power_dram_W"], dp + static),
+        "dram_static_power_W": static,
         "dram_energy_per_bit_J": t["dram_energy_per_bit_J"]
         * (dv / t["dram_nominal_voltage_V"]) ** 2,
         "hbm_wire_limited": (edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
