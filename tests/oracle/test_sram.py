@@ -145,3 +145,26 @@ def test_less_sram_budget_is_never_faster(
     caps = _caps_with(column, np.array([base, base * factor]))
     t = gemm(caps, *shape, detail=False)["time_s"]
     assert t[1] >= t[0] * (1 - 1e-12)
+
+
+def _llama_on_h100_like():  # type: ignore[no-untyped-def]
+    from deepflow.config.loader import scenario_from_mapping
+
+    raw = {
+        "system": {"device": "h100-like-4nm", "network": "dgx-h100", "devices_per_node": 8,
+                   "num_nodes": 1},
+        "workload": {"model": "llama3-8b", "global_batch_size": 64, "precision": "bf16"},
+        "mapping": {"data_parallel": 8, "micro_batch_size": 1, "activation_recompute": "full",
+                    "zero_stage": 3, "flash_attention": True},
+    }  # fmt: skip
+    return scenario_from_mapping(raw, file="<test>", base_dir=builtin_config_dir())
+
+
+def test_flash_attention_slows_down_as_the_shared_memory_shrinks() -> None:
+    scenario = _llama_on_h100_like()
+    base = float(design_table([scenario.system.device])["area_l1_mm2"][0])
+    table = evaluate_table(scenario, {"area_l1_mm2": base * np.array([1.0, 0.25, 0.05, 0.01])})
+    attention = table["breakdown_attention_s"]
+    assert np.all(np.diff(attention) >= 0), attention
+    assert attention[-1] > 1.5 * attention[0]
+    assert np.all(np.diff(table["step_time_s"]) >= 0)
