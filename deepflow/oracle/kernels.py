@@ -324,11 +324,19 @@ def sram_excess_B(caps: DeviceCaps | Mapping[str, Any]) -> F:
     fields = ("bytes_per_element", "accumulators_in_l1", "l1_capacity_per_sm_B",
               "register_file_capacity_per_sm_B")  # fmt: skip
     values = _fields(caps, fields)
+    if all(v.ndim == 0 for v in values):  # one device: memoised
+        return np.asarray(_sram_excess_one(*(float(v) for v in values)))
     shape = np.broadcast(*values).shape
     p, in_l1, l1, rf = (np.broadcast_to(x, shape).reshape(-1) for x in values)
     l1_need, rf_need = _sram_needs(p, in_l1)
     excess = np.maximum(l1_need - l1, rf_need - rf)
     return np.asarray(np.min(excess, axis=0).reshape(shape), dtype=float)
+
+
+@lru_cache(maxsize=4096)
+def _sram_excess_one(p: float, in_l1: float, l1: float, rf: float) -> float:
+    l1_need, rf_need = _sram_needs(np.array([p]), np.array([in_l1]))
+    return float(np.min(np.maximum(l1_need - l1, rf_need - rf)))
 
 
 def _tile_search(t: Mapping[str, F], detail: bool) -> dict[str, F]:
