@@ -168,3 +168,24 @@ def test_flash_attention_slows_down_as_the_shared_memory_shrinks() -> None:
     assert np.all(np.diff(attention) >= 0), attention
     assert attention[-1] > 1.5 * attention[0]
     assert np.all(np.diff(table["step_time_s"]) >= 0)
+
+
+def test_evaluate_says_when_the_sram_is_too_small(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from deepflow.cli import app
+
+    scenario = tmp_path / "no-rf.yaml"
+    scenario.write_text(
+        "system:\n"
+        "  device: {base: v100-crossflow, area_mm2: {register_file: 0.0}}\n"
+        "  network: dgx-v100\n  devices_per_node: 1\n  num_nodes: 1\n"
+        "workload: {model: gemm-example, global_batch_size: 1, precision: fp16}\n"
+        "mapping: {}\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(app, ["evaluate", str(scenario)])
+    assert result.exit_code == 0, result.output
+    assert "on-chip SRAM too small: the smallest GEMM tile needs 8 KiB more per SM" in (
+        " ".join(result.output.split())
+    )
