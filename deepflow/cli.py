@@ -248,8 +248,14 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "
         f"{result['memory_capacity_B'] / 2**30:.2f} GiB per device ({fits}); "
         f"system power {result['system_power_W'] / 1e3:.3g} kW, "
-        f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step"
+        f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step "
+        f"({result['energy_per_step_ops_J'] / 1e3:.4g} kJ summed per operation)"
     )
+    if result["sram_excess_B"] > 0:
+        console.print(
+            f"on-chip SRAM too small: the smallest GEMM tile needs "
+            f"{result['sram_excess_B'] / 2**10:.3g} KiB more per SM (register file or L1)"
+        )
     if not result["feasible"]:
         why = ", ".join(f"{name} {result['constraints'][name]:.6g}"
                         for name in result["violated_constraints"])  # fmt: skip

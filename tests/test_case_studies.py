@@ -44,3 +44,30 @@ def test_parallelism_split_dims_lead():
     mod = _module()
     space = mod.variant("case-parallelism-balance", "t", variables={"tensor_parallel": 1})
     assert mod._split_dims(space) == 16
+
+
+def test_packaging_compares_the_sourced_siif_link_with_pcb_both_ways(tmp_path, capsys):
+    mod = _module()
+    assert mod.WAFER_LINK == "siif-2020"
+    mod.main(["packaging", "--quick", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "wafer-scale (siif-2020, Pal & Gupta SLIP 2020 parameters) vs PCB SerDes" in out
+    assert "PCB / wafer" in out and "wafer / PCB" in out
+    # With the 2020 Si-IF parameters the wafer wins at every link power (issue 17).
+    table = out.split("both directions")[1]
+    assert table.count("wafer (Si-IF)") == 5 and "| PCB |" not in table
+
+
+def test_paper_node_scaling_prints_side_by_side_tables(tmp_path, capsys):
+    mod = _module()
+    # the original's committed outputs, as read from nanocad-lab/DeepFlow (commit e8fc755)
+    assert mod.PAPER_NODE_SCALING[48][14] == ("RC_N64_k1_k16_d4", 41.31364232)
+    assert mod.PAPER_NODE_SCALING[159][14] is None  # no strategy fits memory there
+    assert len(mod._paper_strategies()) == 35  # 28 RC (kp1, kp2, dp) + 7 CR (kp, dp)
+    written = mod.main(["paper-node-scaling", "--quick", "--out-dir", str(tmp_path)])
+    assert written[0].name == "case-paper-node-scaling.png"
+    out = capsys.readouterr().out
+    for bw in (48, 159, 384, 1395):
+        assert f"Paper node scaling at {bw} GB/s per device" in out
+    summary = out.split("speed-up from the oldest fitting node to 1 nm")[1]
+    assert summary.count("| yes |") == 4  # node scaling helps at every bandwidth, both models

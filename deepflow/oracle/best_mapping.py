@@ -16,10 +16,11 @@ from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
 from deepflow.config.specs import DesignDeviceSpec, Scenario, TransformerSpec
 from deepflow.errors import ConfigError
-from deepflow.oracle.evaluate import network_model
+from deepflow.oracle.evaluate import device_network
 from deepflow.oracle.feasibility import DESIGN_CONSTRAINTS, INVALID_OUTPUT, invalid_output, violated
 from deepflow.oracle.feasibility import feasible as is_feasible
 from deepflow.oracle.hardware import device_caps, device_summary
+from deepflow.oracle.kernels import sram_excess_B
 from deepflow.oracle.workloads.transformer import (
     FULL_RECOMPUTE,
     NO_RECOMPUTE,
@@ -167,12 +168,12 @@ def best_mappings(
     device = scenario.system.device
     with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
         caps = device_caps(device, scenario.workload.precision, calibration=cal)
-        links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-        net = network_model(scenario, *links, calibration=cal)
+        net = device_network(scenario, caps, calibration=cal)
         result = transformer_step(caps, net, x, calibration=cal)
     step = result["step_time_s"]
     memory = result["memory_per_device_B"]
     constraints = {"memory_excess_B": memory - caps.hbm_capacity_B,
+                   "sram_excess_B": float(sram_excess_B(caps)),
                    INVALID_OUTPUT: invalid_output(result)}  # fmt: skip
     budgets: dict[str, float] = {}
     if isinstance(device, DesignDeviceSpec):  # the budgets, as ``show`` reports them

@@ -320,6 +320,7 @@ def design_table(result: Result) -> tuple[list[str], list[list[str]]]:
         ("step_time_s", "step time (s)", 1.0),
         ("mfu", "MFU (%)", 100.0),
         ("energy_per_step_J", "energy per step (J)", 1.0),
+        ("energy_per_step_ops_J", "energy per step, per operation (J)", 1.0),
         ("device_cost_usd", "device cost (USD)", 1.0),
     ):
         if name not in objective_names:

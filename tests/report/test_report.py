@@ -90,6 +90,7 @@ def test_page_tables_and_configs(rendered: tuple[Any, Path]) -> None:
         "memory used / capacity (GiB)",
         "mapping",
         "energy per step (J)",
+        "energy per step, per operation (J)",
         "device cost (USD)",
         "MFU (%)",
     ):
