@@ -566,6 +566,7 @@ def query(
         ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Predict the targets (median, std, 95 % interval) and P(feasible) at POINTS."""
 
@@ -586,29 +587,30 @@ def query(
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
                 for r in pred.to_dict(orient="records")]  # fmt: skip
         _emit({"surrogate": model.kind, "targets": model.targets, "predictions": rows},
-              as_json, _print_query)  # fmt: skip
+              as_json, lambda d: _print_query(d, wide=wide))  # fmt: skip
 
     _guard(body)
 
 
-def _print_query(data: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{data['surrogate']} surrogate: {len(data['predictions']):,} points")
-    table.add_column("#", justify="right")
-    for t in data["targets"]:
-        table.add_column(f"{t} (95 % interval)", justify="right")
+def _print_query(data: dict[str, Any], *, wide: bool = False) -> None:
+    targets = data["targets"]
+    columns: list[Column] = [("#", 0, "right")]
+    for t in targets:
+        label = _short(t.removeprefix("y_").removeprefix("c_"))
+        columns += [(label, 0, "right"), (f"{label} 95 %", 2 if t == targets[0] else 3, "right")]
     has_p = bool(data["predictions"]) and "p_feasible" in data["predictions"][0]
     if has_p:
-        table.add_column("P(feasible)", justify="right")
+        columns.append(("P(feasible)", 1, "right"))
+    rows = []
     for i, row in enumerate(data["predictions"]):
-        cells = [f"{row[t]:.4g} [{row[t + '_lo']:.4g}, {row[t + '_hi']:.4g}]"
-                 for t in data["targets"]]  # fmt: skip
+        cells = [str(i)]
+        for t in targets:
+            cells += [f"{row[t]:.4g}", f"[{row[t + '_lo']:.4g}, {row[t + '_hi']:.4g}]"]
         if has_p:
             cells.append(f"{row['p_feasible']:.3f}")
-        table.add_row(str(i), *cells)
-    Console().print(table)
+        rows.append(cells)
+    title = f"{data['surrogate']} surrogate: {len(data['predictions']):,} points (median"
+    _print_table(f"{title}, 95 % interval)", columns, rows, wide=wide)
 
 
 def _study_progress() -> tuple[Any, Callable[[str, int, int], None]]:
@@ -648,10 +650,12 @@ _UNITS = {"s": "s", "W": "W", "J": "J", "mm2": "mm²", "B": "B", "usd": "$"}
 
 
 def _short(name: str) -> str:
-    """A column label from an output name: ``step_time_s`` -> ``step time s``."""
+    """A column label from an output name: ``step_time_s`` -> ``step s``,
+    ``energy_per_step_J`` -> ``energy J``."""
     stem, _, unit = name.rpartition("_")
     if stem and unit in _UNITS:
-        return f"{stem.replace('_', ' ')} {_UNITS[unit]}".replace("step time", "step")
+        label = f"{stem.replace('_', ' ')} {_UNITS[unit]}"
+        return label.replace("step time", "step").replace(" per step", "")
     return name.replace("_", " ")
 
 
