@@ -546,7 +546,7 @@ def search(
     """
 
     def body() -> None:
-        from deepflow.search.runner import search_study
+        from deepflow.pipeline import search_study
 
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
@@ -575,7 +575,7 @@ def run(
     """
 
     def body() -> None:
-        from deepflow.search.runner import run_study
+        from deepflow.pipeline import run_study
         from deepflow.search.study import load_study
 
         study = load_study(study_path)

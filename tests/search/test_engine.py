@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from deepflow.errors import ConfigError
-from deepflow.search.engine import SearchConfig, run_search
+from deepflow.search.base import SearchConfig, run_search
 from deepflow.search.study import SearchSettings, SurrogateSettings
 
 from .toy import OBJECTIVES, ToyProblem, true_hypervolume
@@ -95,7 +95,7 @@ _KILLED = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from search.toy import ToyProblem
     from search.test_engine import config
-    from deepflow.search.engine import run_search
+    from deepflow.search.base import run_search
 
     class Slow(ToyProblem):
         def evaluate(self, u):
