@@ -522,7 +522,12 @@ _ResultFolder = Annotated[
 ]
 _Storage = Annotated[
     str | None,
-    typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+    typer.Option(
+        "--storage",
+        help="Optuna storage: a database URL (sqlite:///f.db, postgresql+psycopg://user:pw@host"
+        "/db) or a journal file path (default: SQLite in the folder). Processes given the same "
+        "study and storage share its budget.",
+    ),
 ]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from deepflow import __version__
 from deepflow.datasets.io import oracle_version
-from deepflow.errors import ConfigError
+from deepflow.errors import DeepflowError
 from deepflow.search.base import SearchConfig, SearchResult, dumps, run_search
 from deepflow.search.problem import OracleProblem
 from deepflow.search.study import Study, to_mapping
@@ -205,8 +205,10 @@ def search_study(
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _search_study(study, out, storage, progress, timings)
-    except ConfigError:
-        if created:  # rejected input (e.g. a storage holding another study): leave nothing
+    except DeepflowError:
+        # Rejected input (a storage holding another study, bad credentials) or a storage
+        # that cannot be reached: leave nothing behind.
+        if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
 

@@ -343,7 +343,7 @@ class _OptunaStore(Store):
         except DeepflowError:
             raise
         except Exception as exc:
-            raise _storage_error(self.label, exc) from None
+            raise _storage_error(self.label, exc, getattr(self, "url", "")) from None
 
     def get_attr(self, key: str) -> Any:
         return self._call(lambda: self.storage.get_study_user_attrs(self.study_id).get(key))
@@ -357,7 +357,7 @@ class _OptunaStore(Store):
         except DeepflowError:
             raise
         except Exception as exc:
-            raise _storage_error(self.label, exc) from None
+            raise _storage_error(self.label, exc, getattr(self, "url", "")) from None
 
     def slots(self) -> list[Slot]:
         slots: list[Slot] = self._call(super().slots)
@@ -391,15 +391,26 @@ class _OptunaStore(Store):
         )
 
 
-def _storage_error(label: str, exc: BaseException) -> DeepflowError:
+def _password(url: str) -> str:
+    """The password of a URL ('' without one)."""
+    if "://" not in url or "@" not in url:
+        return ""
+    creds = url.split("://", 1)[1].rsplit("@", 1)[0]
+    return creds.split(":", 1)[1] if ":" in creds else ""
+
+
+def _storage_error(label: str, exc: BaseException, url: str = "") -> DeepflowError:
     """One line for a storage failure, without the password."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     orig = getattr(exc, "orig", None) or getattr(exc, "__cause__", None)
     if orig is not None and str(orig).strip():
         text = str(orig).strip().splitlines()[0]
+    for secret in (url, _password(url)):
+        if secret:
+            text = text.replace(secret, "***")
     text = text.replace(label, "").strip(" :") if label in text else text
     lowered = text.lower()
-    if any(w in lowered for w in ("password", "authentication", "role", "does not exist")):
+    if any(w in lowered for w in ("password", "authentication", "role ", "does not exist")):
         return ConfigError(f"{label}: cannot connect: {text}")
     return StorageError(f"{label}: storage failure: {text}")
 
@@ -427,7 +438,18 @@ class RDBStore(_OptunaStore):
                 kwargs = {"connect_args": {"timeout": 120}}
             else:
                 kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
-            self.storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            for attempt in range(10):
+                try:
+                    self.storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+                    break
+                except Exception as exc:
+                    # Workers starting together race to create Optuna's tables and version
+                    # row: the loser sees "already exists" or a duplicate key; once more.
+                    text = str(exc).lower()
+                    racing = ("already exists", "locked", "unique constraint", "duplicate key")
+                    if attempt == 9 or not any(r in text for r in racing):
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
             from sqlalchemy.orm import sessionmaker
 
             self._sessions = sessionmaker(bind=self.storage.engine)
@@ -448,7 +470,7 @@ class RDBStore(_OptunaStore):
                 raise ConfigError(
                     f"{self.label}: not a storage URL the database accepts."
                 ) from None
-            raise _storage_error(self.label, exc) from None
+            raise _storage_error(self.label, exc, self.url) from None
 
     def _read(self) -> list[Slot]:
         from optuna.storages._rdb import models
@@ -526,7 +548,7 @@ class RDBStore(_OptunaStore):
         except DeepflowError:
             raise
         except Exception as exc:
-            raise _storage_error(self.label, exc) from None
+            raise _storage_error(self.label, exc, self.url) from None
 
     def _insert(self, designs: Sequence[Design]) -> int:
         from optuna.storages._rdb import models
@@ -623,7 +645,7 @@ class RDBStore(_OptunaStore):
         except DeepflowError:
             raise
         except Exception as exc:
-            raise _storage_error(self.label, exc) from None
+            raise _storage_error(self.label, exc, self.url) from None
 
     def close(self) -> None:
         try:
