@@ -455,16 +455,11 @@ class RDBStore(_OptunaStore):
             self._sessions = sessionmaker(bind=self.storage.engine)
         except DeepflowError:
             raise
-        except ModuleNotFoundError as exc:
-            raise ConfigError(
-                f"{self.label}: the database driver '{exc.name}' is not installed (for "
-                "PostgreSQL: pip install 'deepflow[postgres]')."
-            ) from None
         except Exception as exc:
             if isinstance(exc, ImportError):
                 raise ConfigError(
-                    f"{self.label}: the database driver is not installed (for PostgreSQL: "
-                    "pip install 'deepflow[postgres]')."
+                    f"{self.label}: the database driver '{_driver(url)}' is not installed (for "
+                    "PostgreSQL: pip install 'deepflow[postgres]')."
                 ) from None
             if type(exc).__name__ in ("ArgumentError", "NoSuchModuleError"):
                 raise ConfigError(
@@ -653,6 +648,16 @@ class RDBStore(_OptunaStore):
             self.storage.engine.dispose()
         except Exception:
             pass
+
+
+def _driver(url: str) -> str:
+    """The DB-API module a URL asks for (``psycopg`` for ``postgresql+psycopg://``)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return str(make_url(url).get_dialect().driver)
+    except Exception:
+        return url.split("://", 1)[0].split("+")[-1]
 
 
 def _dist_json(dist: Any) -> str:

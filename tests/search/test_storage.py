@@ -194,4 +194,113 @@ def test_a_batch_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:
         )
         done = [s for s in store.slots() if s.complete]
         assert [s.record for s in done] == [{"a": 0}, {"a": 1}, {"a": 2}]
+        with pytest.raises(StorageError, match=r": trial 0 was completed by another worker\.$"):
+            store.complete(slots[:1], [[1.0]], [{}], [{"a": 0}])
         store.close()
+
+
+@pytest.fixture
+def toy_study(write_yaml: Callable[..., Path]) -> Path:
+    return write_yaml({
+        "name": "errs", "space": SPACE,
+        "search": {"strategy": "random", "budget": 4, "batch_size": 4, "initial_points": 4},
+    }, "errs.yaml")  # fmt: skip
+
+
+def _search(study: Path, out: Path, storage: str) -> object:
+    return CliRunner().invoke(app, ["search", str(study), "--out", str(out), "--storage", storage])
+
+
+def _one_clean_line(result: object, code: int, *secrets: str) -> str:
+    output = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == code, output  # type: ignore[attr-defined]
+    assert "Traceback" not in output
+    lines = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, output
+    for secret in secrets:
+        assert secret not in output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ("nosuchdb://host/db",
+         "error: nosuchdb://host/db: not a storage URL the database accepts."),
+        ("{tmp}/missing/x.journal",
+         "error: {tmp}/missing/x.journal: the journal file's folder does not exist."),
+        ("{tmp}", "error: {tmp}: is a folder, not a journal file."),
+        (" ", "error: --storage must be a database URL or a journal file path; got ''."),
+    ],
+)  # fmt: skip
+def test_bad_storage_exits_2_with_one_line(toy_study: Path, tmp_path: Path, storage: str,
+                                           message: str) -> None:  # fmt: skip
+    out = tmp_path / "res"
+    result = _search(toy_study, out, storage.format(tmp=tmp_path))
+    assert _one_clean_line(result, 2) == message.format(tmp=tmp_path)
+    assert not out.exists()
+
+
+def test_a_missing_driver_is_named_without_the_password(
+    toy_study: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    out = tmp_path / "res"
+    result = _search(toy_study, out, "postgresql+psycopg://alice:s3cr3t@127.0.0.1:5432/db")
+    assert _one_clean_line(result, 2, "s3cr3t") == (
+        "error: postgresql+psycopg://alice:***@127.0.0.1:5432/db: the database driver "
+        "'psycopg' is not installed (for PostgreSQL: pip install 'deepflow[postgres]')."
+    )
+    assert not out.exists()
+
+
+def _has_psycopg() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("psycopg") is not None
+
+
+@pytest.mark.skipif(not _has_psycopg(), reason="the postgres extra is not installed")
+def test_an_unreachable_server_exits_1_without_the_password(toy_study: Path,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "res"
+    url = f"postgresql+psycopg://alice:s3cr3t@127.0.0.1:{port}/db"
+    line = _one_clean_line(_search(toy_study, out, url), 1, "s3cr3t")
+    assert line.startswith(
+        f"error: postgresql+psycopg://alice:***@127.0.0.1:{port}/db: storage failure: "
+    )
+    assert "Connection refused" in line or "connection" in line.lower()
+    assert not out.exists()
+
+
+@pytest.mark.skipif(POSTGRES is None, reason="DEEPFLOW_TEST_POSTGRES_URL is not set")
+def test_wrong_credentials_exit_2_without_the_password(toy_study: Path, tmp_path: Path) -> None:
+    assert POSTGRES is not None
+    scheme, rest = POSTGRES.split("://", 1)
+    user, host = rest.split(":", 1)[0], rest.rsplit("@", 1)[1]
+    out = tmp_path / "res"
+    wrong = f"{scheme}://{user}:n0t-the-pw@{host}"
+    line = _one_clean_line(_search(toy_study, out, wrong), 2, "n0t-the-pw")
+    assert line.startswith(f"error: {scheme}://{user}:***@{host}: cannot connect: ")
+    assert "password authentication failed" in line
+    assert not out.exists()
+
+
+def test_a_storage_study_with_other_directions_exits_2(toy_study: Path, tmp_path: Path) -> None:
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'other.db'}"
+    plain = optuna.storages.RDBStorage(storage)
+    optuna.create_study(study_name="errs", storage=plain, direction="maximize")
+    plain.engine.dispose()
+    line = _one_clean_line(_search(toy_study, tmp_path / "res", storage), 2)
+    assert line == (
+        f"error: {storage}: study 'errs' has directions maximize; this search needs "
+        "minimize, minimize, minimize."
+    )
