@@ -532,6 +532,7 @@ class RDBStore(_OptunaStore):
     def _locked(self) -> Iterator[None]:
         from optuna.storages._rdb import models
 
+        self._pending_slots: list[Slot] = []
         try:
             with self._session() as session:
                 models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
@@ -544,40 +545,61 @@ class RDBStore(_OptunaStore):
             raise
         except Exception as exc:
             raise _storage_error(self.label, exc, self.url) from None
+        for slot in self._pending_slots:  # committed: ours, and never read back
+            self._slots[slot.number] = slot
+            self._known = max(self._known, slot.key)
+        self._pending_slots = []
 
     def _insert(self, designs: Sequence[Design]) -> int:
+        # Bulk inserts into Optuna's tables (its models): Optuna's own per-trial path
+        # checks each parameter against earlier trials in a query of its own.
         from optuna.storages._rdb import models
+        from sqlalchemy import insert
 
         session = self._lock_session
-        first = (
-            session.query(models.TrialModel)
-            .filter(models.TrialModel.study_id == self.study_id)
-            .count()
-        )
-        rows = []
-        for i, d in enumerate(designs):
-            frozen = self._frozen(d, first)
-            t = models.TrialModel(
-                study_id=self.study_id,
-                number=first + i,
-                state=frozen.state,
-                datetime_start=frozen.datetime_start,
+        T = models.TrialModel
+        first = session.query(T).filter(T.study_id == self.study_id).count()
+        frozen = [self._frozen(d, first) for d in designs]
+        ids = list(
+            session.scalars(
+                insert(T).returning(T.trial_id, sort_by_parameter_order=True),
+                [
+                    {
+                        "study_id": self.study_id,
+                        "number": first + i,
+                        "state": f.state,
+                        "datetime_start": f.datetime_start,
+                    }
+                    for i, f in enumerate(frozen)
+                ],
             )
-            t.params = [
-                models.TrialParamModel(
-                    param_name=k,
-                    param_value=frozen.distributions[k].to_internal_repr(v),
-                    distribution_json=_dist_json(frozen.distributions[k]),
-                )
-                for k, v in frozen.params.items()
-            ]
-            t.system_attributes = [
-                models.TrialSystemAttributeModel(key=k, value_json=json.dumps(v))
-                for k, v in frozen.system_attrs.items()
-            ]
-            rows.append(t)
-        session.add_all(rows)
-        session.flush()
+        )
+        params = [
+            {
+                "trial_id": tid,
+                "param_name": k,
+                "param_value": f.distributions[k].to_internal_repr(v),
+                "distribution_json": _dist_json(f.distributions[k]),
+            }
+            for tid, f in zip(ids, frozen, strict=True)
+            for k, v in f.params.items()
+        ]
+        if params:
+            session.execute(insert(models.TrialParamModel), params)
+        session.execute(
+            insert(models.TrialSystemAttributeModel),
+            [
+                {"trial_id": tid, "key": k, "value_json": json.dumps(v)}
+                for tid, f in zip(ids, frozen, strict=True)
+                for k, v in f.system_attrs.items()
+            ],
+        )
+        # Known without reading them back: everything below was read under this lock.
+        for i, (tid, d) in enumerate(zip(ids, designs, strict=True)):
+            self._pending_slots.append(
+                Slot(first + i, tid, False, list(d.z), first, dict(self.worker), d.sampler,
+                     d.proposal)
+            )  # fmt: skip
         return first
 
     def _set_worker(self, slots: Sequence[Slot], worker: dict[str, Any]) -> None:
@@ -601,46 +623,57 @@ class RDBStore(_OptunaStore):
     ) -> None:
         from optuna.storages._rdb import models
         from optuna.trial import TrialState
+        from sqlalchemy import insert, update
 
+        T = models.TrialModel
         now = _dt.datetime.now()
+        ids = [s.key for s in slots]
         try:
             with self._session() as session:
-                trials = {
-                    t.trial_id: t
-                    for t in session.query(models.TrialModel).filter(
-                        models.TrialModel.trial_id.in_([s.key for s in slots])
+                done = session.execute(
+                    update(T)
+                    .where(T.trial_id.in_(ids), T.state == TrialState.RUNNING)
+                    .values(state=TrialState.COMPLETE, datetime_complete=now)
+                    .execution_options(synchronize_session=False)
+                ).rowcount
+                if done != len(ids):
+                    first = min(s.number for s in slots)
+                    raise StorageError(
+                        f"{self.label}: trial {first} was completed by another worker."
                     )
-                }
-                for s, v, c, r in zip(slots, values, constraints, records, strict=True):
-                    t = trials[s.key]
-                    if t.state != TrialState.RUNNING:
-                        raise StorageError(
-                            f"{self.label}: trial {s.number} was completed by another worker."
-                        )
-                    for j, x in enumerate(v):
-                        stored, kind = models.TrialValueModel.value_to_stored_repr(float(x))
-                        session.add(
-                            models.TrialValueModel(
-                                trial_id=s.key, objective=j, value=stored, value_type=kind
-                            )
-                        )
-                    for k, x in _constraint_attrs(c).items():
-                        session.add(
-                            models.TrialSystemAttributeModel(
-                                trial_id=s.key, key=k, value_json=json.dumps(x)
-                            )
-                        )
-                    session.add(
-                        models.TrialUserAttributeModel(
-                            trial_id=s.key, key=ROW_ATTR, value_json=json.dumps(r)
-                        )
-                    )
-                    t.state = TrialState.COMPLETE
-                    t.datetime_complete = now
+                session.execute(
+                    insert(models.TrialValueModel),
+                    [
+                        dict(zip(("value", "value_type"),
+                                 models.TrialValueModel.value_to_stored_repr(float(x)),
+                                 strict=True),
+                             trial_id=tid, objective=j)
+                        for tid, v in zip(ids, values, strict=True)
+                        for j, x in enumerate(v)
+                    ],
+                )  # fmt: skip
+                attrs = [
+                    {"trial_id": tid, "key": k, "value_json": json.dumps(x)}
+                    for tid, c in zip(ids, constraints, strict=True)
+                    for k, x in _constraint_attrs(c).items()
+                ]
+                if attrs:
+                    session.execute(insert(models.TrialSystemAttributeModel), attrs)
+                session.execute(
+                    insert(models.TrialUserAttributeModel),
+                    [
+                        {"trial_id": tid, "key": ROW_ATTR, "value_json": json.dumps(r)}
+                        for tid, r in zip(ids, records, strict=True)
+                    ],
+                )
         except DeepflowError:
             raise
         except Exception as exc:
             raise _storage_error(self.label, exc, self.url) from None
+        for slot, record in zip(slots, records, strict=True):  # ours: not read back
+            slot.complete = True
+            slot.record = record
+            self._slots[slot.number] = slot
 
     def close(self) -> None:
         try:
