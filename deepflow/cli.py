@@ -547,7 +547,8 @@ def search(
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
 
     Writes trials.parquet, pareto.json/.yaml, summary.json and study.yaml (docs/results.md)
-    to the result folder. Running it again on the same folder (or --storage) resumes.
+    to the result folder. Running it again on the same folder (or --storage) resumes; other
+    processes given the same study and --storage join it and share its budget.
     """
 
     def body() -> None:

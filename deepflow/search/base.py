@@ -25,7 +25,8 @@ import importlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -56,6 +57,8 @@ F = NDArray[np.float64]
 _BIG = 1e300
 #: Seconds between polls of a shared storage while other workers finish their batches.
 POLL_S = 0.2
+#: Asks in a row whose designs are all in the study already before repeats are allowed.
+MAX_FRUITLESS_ASKS = 5
 
 
 # ------------------------------------------------------------------------------ protocol
@@ -418,7 +421,7 @@ class _Loop:
             self.searcher.tell(proposals, results)
             self.told.update(g.number for g in group)
 
-    def _propose(self, slots: Sequence[Slot]) -> Proposals:
+    def _propose(self, slots: Sequence[Slot], fruitless: int) -> Proposals:
         s = self.config.search
         done = len(slots)
         n = min(s.batch_size, s.budget - done)
@@ -426,6 +429,11 @@ class _Loop:
             from deepflow.datasets.samplers import unit_cube
 
             n = min(n, s.initial_points - done)
+            if fruitless:  # the Sobol points left are all stored (a small discrete space)
+                rng = np.random.default_rng(batch_seed(s.seed, done, fruitless, 0x1417))
+                return Proposals(
+                    self.ss.from_unit(rng.random((n, self.ss.num_dims))), source="initial"
+                )
             u = unit_cube(
                 "sobol",
                 seed=s.seed,
@@ -505,6 +513,7 @@ class _Loop:
 
     def run(self) -> None:
         budget = self.config.search.budget
+        fruitless = 0  # asks in a row whose designs were all stored already
         while True:
             start = time.perf_counter()
             slots = self.store.slots()
@@ -516,18 +525,23 @@ class _Loop:
             if done >= budget:
                 return
             start = time.perf_counter()
-            mine = self.store.adopt()
+            mine = self.store.adopt(slots)
             self.timings["store"] += time.perf_counter() - start
             if not mine:
                 if len(slots) >= budget:  # the rest is being evaluated by other workers
                     wait(POLL_S)
                     continue
-                designs = self._designs(self._propose(slots))
+                designs = self._designs(self._propose(slots, fruitless))
                 start = time.perf_counter()
-                mine = self.store.reserve(designs, budget=budget)
+                # A strategy that keeps proposing stored designs (a small discrete space
+                # nearly exhausted) may repeat them, as Optuna's samplers would.
+                distinct = fruitless < MAX_FRUITLESS_ASKS
+                mine = self.store.reserve(designs, budget=budget, distinct=distinct)
                 self.timings["store"] += time.perf_counter() - start
                 if not mine:
+                    fruitless += 1
                     continue  # taken by another worker meanwhile: read again, ask again
+                fruitless = 0
             self._evaluate(mine)
 
     # --- the outcome ----------------------------------------------------------------
@@ -607,12 +621,44 @@ def run_search(
         searcher = searcher or make_searcher(config.search.strategy, context)
         loop = _Loop(problem, config, store, searcher, progress)
         loop.open(getattr(store, "label", label))
-        loop.run()
+        with _heartbeat(store):
+            loop.run()
         summary = getattr(searcher, "summary", lambda: None)()
         return loop.result(start, summary)
     finally:
         if not isinstance(storage, Store):
             store.close()
+
+
+@contextmanager
+def _heartbeat(store: Store) -> Iterator[None]:
+    """Beat every HEARTBEAT_S seconds in a thread while the loop runs (a persistent store:
+    workers on other machines see this one alive while it evaluates a batch)."""
+    import threading
+
+    from deepflow.search import storage as _storage
+
+    if not store.persistent:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            try:
+                store.beat()
+            except Exception:
+                pass
+            if stop.wait(_storage.HEARTBEAT_S):
+                return
+
+    thread = threading.Thread(target=beat, name="deepflow-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def inner_search(problem: Problem, config: SearchConfig) -> F:

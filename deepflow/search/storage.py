@@ -27,6 +27,7 @@ import json
 import math
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -113,11 +114,16 @@ def _worker() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex}
 
 
-def _alive(worker: dict[str, Any]) -> bool:
-    """Whether a worker may still be running (only a process on this machine can be checked:
-    workers elsewhere count as alive)."""
-    if worker.get("host") != socket.gethostname():
-        return True
+#: A worker writes its heartbeat (a study system attribute) this often, in seconds ...
+HEARTBEAT_S = 10.0
+#: ... and a worker on another machine whose heartbeat has not changed for this long (on
+#: this machine's clock: no clock agreement needed) is gone; its running trials are adopted.
+STALE_S = 120.0
+BEAT_PREFIX = "deepflow:heartbeat:"
+
+
+def _pid_alive(worker: dict[str, Any]) -> bool:
+    """Whether the process of a worker on this machine still runs."""
     try:
         os.kill(int(worker.get("pid", -1)), 0)
     except ProcessLookupError:
@@ -144,6 +150,11 @@ class Store:
         self.worker = _worker()
         self.distributions: dict[str, Any] = {}
         self._slots: dict[int, Slot] = {}  # by number
+        self._seen: dict[str, tuple[Any, float]] = {}  # worker id -> (heartbeat, seen at)
+        self._beats = 0
+        # The heartbeat thread and a locked write of the loop never interleave (a journal's
+        # file lock and Optuna's thread lock would otherwise be taken in opposite orders).
+        self._mutex = threading.RLock()
 
     # ------------------------------------------------------------------ study
     def open_study(self, name: str, directions: Sequence[str], metric_names: Sequence[str]) -> None:
@@ -162,9 +173,12 @@ class Store:
             self._slots[slot.number] = slot
         return [self._slots[k] for k in sorted(self._slots)]
 
-    def reserve(self, designs: Sequence[Design], *, budget: int) -> list[Slot]:
+    def reserve(
+        self, designs: Sequence[Design], *, budget: int, distinct: bool = True
+    ) -> list[Slot]:
         """Store ``designs`` as running trials of one batch, atomically: designs already in
-        the study are left out, and the batch is cut to what the budget leaves.
+        the study are left out (unless ``distinct`` is False), and the batch is cut to what
+        the budget leaves.
 
         Returns:
             The new slots (possibly none), in order.
@@ -179,7 +193,7 @@ class Store:
                 if len(keep) >= room:
                     break
                 key = _zkey(d.z)
-                if key not in taken:
+                if key not in taken or not distinct:
                     taken.add(key)
                     keep.append(d)
             if keep:
@@ -189,19 +203,63 @@ class Store:
         mine = self.worker["id"]
         return [s for s in self.slots() if s.batch == first and s.worker.get("id") == mine]
 
-    def adopt(self) -> list[Slot]:
+    def adopt(self, slots: Sequence[Slot] | None = None) -> list[Slot]:
         """Take over running trials whose worker is gone (killed mid-batch), atomically.
+
+        A worker on this machine is gone when its process is; one elsewhere when its
+        heartbeat has not changed for :data:`STALE_S` seconds.
+
+        Args:
+            slots: the trials as last read (default: read them now).
 
         Returns:
             The adopted slots, by number.
         """
+        current = list(slots) if slots is not None else self.slots()
+        others = [s for s in current if not s.complete and s.worker.get("id") != self.worker["id"]]
+        if not others:
+            return []
+        beats = self._heartbeats() if any(
+            s.worker.get("host") != socket.gethostname() for s in others
+        ) else {}  # fmt: skip
+        if not any(self._gone(s.worker, beats) for s in others):
+            return []
         with self._locked():
-            stale = [s for s in self.slots() if not s.complete and not _alive(s.worker)]
+            stale = [
+                s for s in self.slots()
+                if not s.complete and s.worker.get("id") != self.worker["id"]
+                and self._gone(s.worker, beats)
+            ]  # fmt: skip
             if stale:
                 self._set_worker(stale, self.worker)
                 for s in stale:
                     s.worker = dict(self.worker)
         return stale
+
+    def _gone(self, worker: dict[str, Any], beats: dict[str, Any]) -> bool:
+        if worker.get("host") == socket.gethostname():
+            return not _pid_alive(worker)
+        key = str(worker.get("id"))
+        value = beats.get(key)
+        now = time.monotonic()
+        seen = self._seen.get(key)
+        if seen is None or seen[0] != value:
+            self._seen[key] = (value, now)
+            return False
+        return now - seen[1] > STALE_S
+
+    def beat(self) -> None:
+        """Record that this worker is alive (see :data:`HEARTBEAT_S`)."""
+        with self._mutex:
+            self._beats += 1
+            self._set_system_attr(BEAT_PREFIX + self.worker["id"], self._beats)
+
+    def _heartbeats(self) -> dict[str, Any]:
+        """Worker id -> its last heartbeat value."""
+        return {}
+
+    def _set_system_attr(self, key: str, value: Any) -> None:
+        return
 
     def complete(
         self,
@@ -347,6 +405,15 @@ class _OptunaStore(Store):
 
     def get_attr(self, key: str) -> Any:
         return self._call(lambda: self.storage.get_study_user_attrs(self.study_id).get(key))
+
+    def _heartbeats(self) -> dict[str, Any]:
+        attrs = self._call(lambda: self.storage.get_study_system_attrs(self.study_id))
+        return {
+            k.removeprefix(BEAT_PREFIX): v for k, v in attrs.items() if k.startswith(BEAT_PREFIX)
+        }
+
+    def _set_system_attr(self, key: str, value: Any) -> None:
+        self._call(lambda: self.storage.set_study_system_attr(self.study_id, key, value))
 
     def set_attr(self, key: str, value: Any) -> None:
         self._call(lambda: self.storage.set_study_user_attr(self.study_id, key, value))
@@ -737,18 +804,20 @@ class JournalStore(_OptunaStore):
         from optuna.storages.journal._file import get_lock_file
 
         self._pending: list[dict[str, Any]] = []
-        try:
-            with get_lock_file(self.backend._lock):
-                yield
-                if self._pending:
-                    self._append(self._pending)
-        except DeepflowError:
-            raise
-        except Exception as exc:
-            raise _storage_error(self.label, exc) from None
-        finally:
-            self._pending = []
-        self.storage._sync_with_backend()
+        with self._mutex:
+            try:
+                with get_lock_file(self.backend._lock):
+                    yield
+                    if self._pending:
+                        self._append(self._pending)
+            except DeepflowError:
+                raise
+            except Exception as exc:
+                raise _storage_error(self.label, exc) from None
+            finally:
+                self._pending = []
+            with self.storage._thread_lock:
+                self.storage._sync_with_backend()
 
     def _append(self, logs: list[dict[str, Any]]) -> None:
         """Write records the way JournalFileBackend.append_logs does (we hold its lock)."""

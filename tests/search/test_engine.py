@@ -152,3 +152,34 @@ def test_kill_9_then_resume_equals_the_uninterrupted_search(
     assert result.rows["trial"].tolist() == list(range(budget))
     assert np.array_equal(result.z, straight.z)
     assert result.hypervolume == straight.hypervolume
+
+
+class _Tiny(ToyProblem):
+    """Only the toy's integer and categorical dims: 15 distinct designs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from deepflow.search.space import SearchSpace
+
+        self.full = ToyProblem()
+        self.search_space = SearchSpace.from_dims(self.search_space.dims[2:])
+
+    def _full(self, u: np.ndarray) -> np.ndarray:
+        u = np.atleast_2d(u)
+        return np.column_stack([np.full(len(u), 0.5), np.full(len(u), 0.5), u])
+
+    def inputs(self, u: np.ndarray) -> object:
+        return self.full.inputs(self._full(u))
+
+    def evaluate(self, u: np.ndarray) -> object:
+        return self.full.evaluate(self._full(u))
+
+
+def test_a_space_smaller_than_the_budget_repeats_designs_only_when_exhausted() -> None:
+    result = run_search(_Tiny(), config("random", budget=20), storage=None)
+    z = [tuple(row) for row in result.z]
+    assert len(z) == 20 and len(set(z)) >= 14
+    # Repeats only once the space is nearly exhausted (unfiltered random draws of 15
+    # designs repeat after about 5).
+    first_repeat = next(i for i in range(len(z)) if z[i] in z[:i])
+    assert first_repeat >= 12

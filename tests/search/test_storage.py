@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,9 +71,13 @@ _WORKER = textwrap.dedent("""
 
     class Slow(ToyProblem):
         def evaluate(self, u):
-            time.sleep(0.05)
+            time.sleep(0.2)
             return super().evaluate(u)
 
+    import pathlib
+    pathlib.Path({out!r} + ".ready").touch()  # imports done: start together
+    while not pathlib.Path({go!r}).exists():
+        time.sleep(0.01)
     cfg = dataclasses.replace(config({strategy!r}, budget=24), name={name!r})
     result = run_search(Slow(), cfg, storage={storage!r})
     rows = result.rows
@@ -110,8 +115,9 @@ def test_workers_share_one_study(kind: str, strategy: str, tmp_path: Path) -> No
 
     storage = _storage_url(kind, tmp_path)
     name = f"toy-{strategy}-{os.getpid()}-{tmp_path.name}"[:60] if kind == "postgres" else "toy"
+    go = tmp_path / "go"
     script = _WORKER.format(tests=str(HERE.parent), strategy=strategy, storage=storage,
-                            name=name, out="{out}")  # fmt: skip
+                            name=name, out="{out}", go=str(go))  # fmt: skip
     workers = []
     for i in range(3):
         out = tmp_path / f"worker{i}.json"
@@ -119,6 +125,11 @@ def test_workers_share_one_study(kind: str, strategy: str, tmp_path: Path) -> No
             [sys.executable, "-c", script.replace("{out}", str(out))], env=dict(os.environ)
         ), out))  # fmt: skip
     try:
+        deadline = time.monotonic() + 300
+        while not all(Path(f"{out}.ready").exists() for _, out in workers):
+            assert time.monotonic() < deadline and all(p.poll() is None for p, _ in workers)
+            time.sleep(0.05)
+        go.touch()
         codes = [proc.wait(timeout=600) for proc, _ in workers]
     finally:
         for proc, _ in workers:
@@ -304,3 +315,34 @@ def test_a_storage_study_with_other_directions_exits_2(toy_study: Path, tmp_path
         f"error: {storage}: study 'errs' has directions maximize; this search needs "
         "minimize, minimize, minimize."
     )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_silent_worker_elsewhere_is_adopted_after_its_heartbeat_stops(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optuna.distributions import FloatDistribution
+
+    from deepflow.search import storage as st
+
+    url = _storage_url(kind, tmp_path)
+    gone = st.open_store(url)
+    gone.worker = {"host": "elsewhere", "pid": 1, "id": "remote"}
+    gone.open_study("s", ["minimize"], ["f"])
+    gone.distributions = {"x": FloatDistribution(0.0, 1.0)}
+    gone.beat()
+    reserved = gone.reserve([st.Design([0.5], {"x": 0.5}, {}, {})], budget=4)
+    assert [s.worker["id"] for s in reserved] == ["remote"]
+    gone.close()
+    monkeypatch.setattr(st, "STALE_S", 0.3)
+    me = st.open_store(url)
+    me.open_study("s", ["minimize"], ["f"])
+    assert me.adopt() == []  # first sight of its heartbeat: alive
+    time.sleep(0.2)
+    gone.beat()
+    assert me.adopt() == []  # it beat since: alive
+    time.sleep(0.4)
+    adopted = me.adopt()  # silent for longer than STALE_S: gone
+    assert [s.number for s in adopted] == [0]
+    assert [s.worker["id"] for s in me.slots()] == [me.worker["id"]]
+    me.close()
