@@ -464,45 +464,20 @@ def _search_options(study_path: Path, strategy: str | None, budget: int | None,
 
 def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
                   limit: int = 20) -> None:  # fmt: skip
-    """The Pareto designs (oracle values) as a table, then the run's figures."""
+    """The Pareto designs (oracle values) as the report's table, then the run's figures."""
     from rich.console import Console
     from rich.table import Table
 
-    def fmt(v: Any, digits: int = 4) -> str:
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return f"{v:.{digits}g}"
-        return str(v)
+    from deepflow.report import load_result
+    from deepflow.report.views import design_table
 
-    objectives = summary["objectives"]
+    headers, rows = design_table(load_result(out_dir))
     table = Table(title=f"Pareto designs of '{summary['study']}' (oracle values)")
-    x = designs[0]["x"] if designs else {}
-    columns: list[tuple[str, Any]] = [("trial", lambda d: str(d["trial"]))]
-    for key, label in (("x_technology", "node"), ("x_die_area_mm2", "die mm²"),
-                       ("x_tdp_W", "TDP W")):  # fmt: skip
-        if key in x:
-            columns.append((label, lambda d, k=key: fmt(d["x"].get(k))))
-    if "x_tensor_parallel" in x:
-
-        def mapping(d: dict[str, Any]) -> str:
-            cfg = d["config"]["mapping"]
-            degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
-            return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
-
-        columns.append(("TP×PP×DP", mapping))
-    for o in objectives:
-        columns.append((o["name"], lambda d, n=o["name"]: fmt(d["objectives"][n])))
-    columns.append(("mem GiB", lambda d: fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30,
-                                             3)))  # fmt: skip
-    columns.append(("energy J", lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))
-    if any("device_cost_usd" in d["outputs"] for d in designs):
-        columns.append(("cost $", lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))
-    for label, _ in columns:
+    for label in headers:
         table.add_column(label, justify="right")
-    for d in designs[:limit]:
-        table.add_row(*[get(d) for _, get in columns])
-    console = Console(width=None if Console().is_terminal else 160)
+    for row in rows[:limit]:
+        table.add_row(*row)
+    console = Console(width=None if Console().is_terminal else 200)
     console.print(table)
     if len(designs) > limit:
         typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
