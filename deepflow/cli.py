@@ -661,49 +661,19 @@ def _short(name: str) -> str:
 
 def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
                   limit: int = 20, *, wide: bool = False) -> None:  # fmt: skip
-    """The Pareto designs (oracle values) as a table that fits the terminal (``wide``: every
-    column), then the run's figures."""
+    """The Pareto designs (oracle values) as the report's table, fitted to the terminal
+    (columns after the trial and the objectives dropped by position; ``wide``: every column),
+    then the run's figures."""
 
-    def fmt(v: Any, digits: int = 4) -> str:
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return f"{v:.{digits}g}"
-        return str(v)
+    from deepflow.report import load_result
+    from deepflow.report.views import design_table
 
-    objectives = summary["objectives"]
-    names = {o["name"] for o in objectives}
-    x = designs[0]["x"] if designs else {}
-    columns: list[tuple[Column, Any]] = [(("trial", 0, "right"), lambda d: str(d["trial"]))]
-    for key, label, priority in (("x_technology", "node", 1), ("x_die_area_mm2", "die mm²", 2),
-                                 ("x_tdp_W", "TDP W", 2)):  # fmt: skip
-        if key in x and not (key == "x_die_area_mm2" and "area_mm2" in names):  # same column
-            columns.append(((label, priority, "right"), lambda d, k=key: fmt(d["x"].get(k))))
-    if "x_tensor_parallel" in x:
-
-        def mapping(d: dict[str, Any]) -> str:
-            cfg = d["config"]["mapping"]
-            degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
-            return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
-
-        columns.append((("TP×PP×DP", 1, "right"), mapping))
-    for o in objectives:
-        columns.append(((_short(o["name"]), 0, "right"),
-                        lambda d, n=o["name"]: fmt(d["objectives"][n])))  # fmt: skip
-
-    def memory(d: dict[str, Any]) -> str:
-        return fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30, 3)
-
-    columns.append((("mem GiB", 3, "right"), memory))
-    if "energy_per_step_J" not in names:
-        columns.append((("energy J", 3, "right"),
-                        lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))  # fmt: skip
-    if any("device_cost_usd" in d["outputs"] for d in designs) and "device_cost_usd" not in names:
-        columns.append((("cost $", 4, "right"),
-                        lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))  # fmt: skip
-    rows = [[get(d) for _, get in columns] for d in designs[:limit]]
-    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)",
-                 [c for c, _ in columns], rows, wide=wide)  # fmt: skip
+    headers, rows = design_table(load_result(out_dir))
+    kept = 1 + len(summary["objectives"])  # the trial and the objectives always show
+    columns: list[Column] = [(label, 0 if j < kept else j - kept + 1, "right")
+                             for j, label in enumerate(headers)]  # fmt: skip
+    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)", columns,
+                 rows[:limit], wide=wide)  # fmt: skip
     if len(designs) > limit:
         typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
     hv = summary["hypervolume"]
@@ -731,7 +701,12 @@ _ResultFolder = Annotated[
 ]
 _Storage = Annotated[
     str | None,
-    typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+    typer.Option(
+        "--storage",
+        help="Optuna storage: a database URL (sqlite:///f.db, postgresql+psycopg://user:pw@host"
+        "/db) or a journal file path (default: SQLite in the folder). Processes given the same "
+        "study and storage share its budget.",
+    ),
 ]
 
 
@@ -752,11 +727,12 @@ def search(
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
 
     Writes trials.parquet, pareto.json/.yaml, summary.json and study.yaml (docs/results.md)
-    to the result folder. Running it again on the same folder (or --storage) resumes.
+    to the result folder. Running it again on the same folder (or --storage) resumes; other
+    processes given the same study and --storage join it and share its budget.
     """
 
     def body() -> None:
-        from deepflow.search.runner import search_study
+        from deepflow.pipeline import search_study
 
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
@@ -797,7 +773,7 @@ def run(
     """
 
     def body() -> None:
-        from deepflow.search.runner import run_study
+        from deepflow.pipeline import run_study
         from deepflow.search.study import load_study
 
         study = load_study(study_path)
