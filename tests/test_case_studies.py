@@ -71,3 +71,18 @@ def test_paper_node_scaling_prints_side_by_side_tables(tmp_path, capsys):
         assert f"Paper node scaling at {bw} GB/s per device" in out
     summary = out.split("speed-up from the oldest fitting node to 1 nm")[1]
     assert summary.count("| yes |") == 4  # node scaling helps at every bandwidth, both models
+
+
+def test_paper_interconnect_energy_follows_the_originals_bandwidths(tmp_path, capsys):
+    mod = _module()
+    assert len(mod.PAPER_XBIT) == 19 and mod.PAPER_XBIT[1][:3] == (1.3e-11, 0.045, 48.1)
+    mod.main(["paper-interconnect-energy", "--quick", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = [r for r in out.splitlines() if r.startswith("| ") and r[2].isdigit()]
+    assert len(rows) == 19
+    # the designed PCB link reproduces the original's bandwidth within 10 % at every point
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        original, ours = float(cells[2]), float(cells[3])
+        assert abs(ours / original - 1) < 0.10, row
+    assert "speed-up from 13 pJ/bit" in out
