@@ -707,6 +707,75 @@ def paper_interconnect_energy(size: Size, out_dir: Path, seed: int) -> Path:
     return _save(fig, out_dir / "case-paper-interconnect-energy.png")
 
 
+#: The original's HBM-generation sweep (nanocad-lab/DeepFlow e8fc755,
+#: case_study/perf_model/energy_per_membit/<strategy>/<variant>/): the DRAM technology of each
+#: variant's exp_config.yaml (energy per bit J, pin rate bps, nominal voltage V, pins per
+#: stack, stack capacity GiB, stack footprint mm²) and the fastest fitting strategy with its
+#: "Time" (s), the number of strategies that fit, from summary.txt. 64 V100s on a board.
+PAPER_HBM: dict[str, tuple[tuple[float, float, float, int, float, float], str, float, int]] = {
+    "HBM1": ((4.2e-12, 1.38e9, 1.2, 1024, 4, 100), "RC_N64_k1_k16_d4", 41.31364232, 6),
+    "HBM2": ((2.94e-12, 2.0e9, 1.14, 1024, 8, 100), "RC_N64_k4_k4_d4", 17.27810991, 15),
+    "HBM2e-8": ((2.058e-12, 2.4e9, 1.083, 1024, 16, 110), "RC_N64_k2_k2_d16", 13.31721109, 21),
+    "HBM2e-12": ((1.4406e-12, 3.2e9, 1.02885, 1536, 24, 110), "CR_N64_k4_k1_d16", 4.78828116,
+                 24),
+    "HBM2e-16": ((1.00842e-12, 4.0e9, 0.9774075, 2048, 32, 110), "CR_N64_k4_k1_d16",
+                 4.78828116, 32),
+}  # fmt: skip
+
+
+def paper_hbm_generations(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's HBM-generation sweep like for like: the V100 design (with its PCB link) on 64
+    packages takes each variant's DRAM technology (energy, pin rate, voltage, pins and capacity
+    per stack, footprint); every RC/CR strategy; side by side with the original's outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    base = _paper_scenario(14, 48.1)
+    v100 = load_device("v100-crossflow")
+    scenario = dataclasses.replace(base, system=dataclasses.replace(base.system, device=v100))
+    n = len(strategies)
+    rows = []
+    for variant, (dram, strategy, seconds, fitting) in PAPER_HBM.items():
+        e_bit, rate, volts, pins, gib, footprint = dram
+        cols = _paper_strategy_columns(strategies) | {
+            "dram_energy_per_bit_J": np.full(n, e_bit),
+            "dram_nominal_pin_rate_bps": np.full(n, rate),
+            "dram_nominal_voltage_V": np.full(n, volts),
+            "dram_pins_per_stack": np.full(n, float(pins)),
+            "dram_stack_capacity_B": np.full(n, gib * 2.0**30),
+            "dram_stack_footprint_mm2": np.full(n, footprint),
+        }
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t = evaluate_table(scenario, cols)
+        step = t["step_time_s"]
+        fits = np.asarray(t["feasible"], dtype=bool)
+        i = int(np.argmin(step))
+        j = int(np.argmin(np.where(fits, step, np.inf)))
+        rows.append({
+            "variant": variant, "HBM GiB": float(t["memory_capacity_B"][0]) / 2**30,
+            "HBM TB/s": float(t["hbm_bandwidth_Bps"][0]) / 1e12,
+            "original best (s)": seconds, "original strategy": strategy,
+            "original fitting": fitting,
+            "deepflow best (s)": float(step[i]), "deepflow strategy": names[i],
+            "deepflow fitting": int(fits.sum()),
+            "deepflow best fitting (s)": float(step[j]) if fits.any() else "none fits",
+            "deepflow fitting strategy": names[j] if fits.any() else "–",
+        })  # fmt: skip
+    print_table("Paper HBM generations (64 V100-class devices on a board, paper LSTM)", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = np.arange(len(rows))
+    ax.plot(x, [r["original best (s)"] for r in rows], "o--", label="original (best fitting)")
+    ax.plot(x, [r["deepflow best (s)"] for r in rows], "o-", label="deepflow (best)")
+    ax.set_xticks(x, [r["variant"] for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("step time (s)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-paper-hbm-generations.png")
+
+
 # ----------------------------------------------------------------------------- CLI
 CASES: dict[str, Callable[[Size, Path, int], Path]] = {
     "node-scaling": node_scaling,
@@ -714,6 +783,7 @@ CASES: dict[str, Callable[[Size, Path, int], Path]] = {
     "parallelism": parallelism,
     "paper-node-scaling": paper_node_scaling,
     "paper-interconnect-energy": paper_interconnect_energy,
+    "paper-hbm-generations": paper_hbm_generations,
 }
 
 

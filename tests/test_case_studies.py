@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -86,3 +87,20 @@ def test_paper_interconnect_energy_follows_the_originals_bandwidths(tmp_path, ca
         original, ours = float(cells[2]), float(cells[3])
         assert abs(ours / original - 1) < 0.10, row
     assert "speed-up from 13 pJ/bit" in out
+
+
+def test_paper_hbm_generations_grow_capacity_and_speed(tmp_path, capsys):
+    mod = _module()
+    mod.main(["paper-hbm-generations", "--quick", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = [r for r in out.splitlines() if r.startswith("| HBM")]
+    assert [r.split("|")[1].strip() for r in rows] == list(mod.PAPER_HBM)
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    capacity = [float(c[1]) for c in cells]
+    ours = [float(c[6]) for c in cells]
+    original = [float(c[3]) for c in cells]
+    # 4 stacks of 100 mm² (HBM1, HBM2), then 3 of 110 mm² in the V100's 415 mm² of package
+    assert capacity == [16, 32, 48, 72, 96]
+    # the same direction as the original: every newer generation is at least as fast
+    assert all(b <= a for a, b in itertools.pairwise(ours))
+    assert all(b <= a for a, b in itertools.pairwise(original))
