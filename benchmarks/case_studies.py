@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -32,10 +33,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from deepflow.config.loader import load_scenario, scenario_from_mapping
+from deepflow.config.loader import load_device, load_scenario, scenario_from_mapping
 from deepflow.datasets import DesignSpace, oracle_version, space_from_text
 from deepflow.datasets.label import cube_rows, label_points
 from deepflow.oracle.evaluate import evaluate_one
+from deepflow.oracle.hardware import derive, design_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "configs" / "spaces"
@@ -535,19 +537,10 @@ def paper_node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
     """The paper's node-scaling study like for like: 64 V100-class devices, the paper's LSTM,
     nodes 14 -> 1 nm by the original's scaling rule, at 48 / 159 / 384 / 1,395 GB/s per
     device, every RC/CR strategy; side by side with the original's committed outputs."""
-    from deepflow.config.mapping import KNOB
     from deepflow.oracle.evaluate import evaluate_table
 
     strategies = _paper_strategies()
-    cols = {
-        "tensor_parallel": np.array([a * b for _, a, b, _ in strategies], dtype=float),
-        "kernel_parallel_dim2": np.array([b if t == "RC" else 1 for t, _, b, _ in strategies],
-                                         dtype=float),
-        "data_parallel": np.array([d for *_, d in strategies], dtype=float),
-        "pipeline_parallel": np.ones(len(strategies)),
-        "kernel_partition": np.array([KNOB["kernel_partition"].encode(t.lower())
-                                      for t, *_ in strategies], dtype=float),
-    }  # fmt: skip
+    cols = _paper_strategy_columns(strategies)
     names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
     ours: dict[int, dict[int, tuple[str, float] | None]] = {}
     fits: dict[int, int] = {}
@@ -614,12 +607,183 @@ def paper_node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
     return _save(fig, out_dir / "case-paper-node-scaling.png")
 
 
+#: The original's interconnect-energy sweep (nanocad-lab/DeepFlow e8fc755,
+#: case_study/perf_model/energy_per_xbit/<strategy>/<index>/): per index the inter-node link's
+#: energy per bit (J) and area per wire (mm²) from its exp_config.yaml, the derived inter-node
+#: bandwidth (GB/s) and the fastest fitting strategy with its "Time" (s) from summary.txt, read
+#: as case_study/perf_model/collect_xbit.py reads them. 64 V100s (815 mm², 300 W) on a board.
+PAPER_XBIT: dict[int, tuple[float, float, float, str, float]] = {
+    1: (1.3e-11, 0.045, 48.1, "RC_N64_k1_k16_d4", 41.31364232),
+    2: (6.5e-12, 0.03375, 96.1, "RC_N64_k1_k16_d4", 22.02828959),
+    3: (3.25e-12, 0.025312499999999998, 192.2, "RC_N64_k1_k16_d4", 12.38561322),
+    4: (1.625e-12, 0.018984374999999998, 384.5, "RC_N64_k1_k16_d4", 7.56427504),
+    5: (8.125e-13, 0.01423828125, 769.0, "RC_N64_k1_k16_d4", 5.15360595),
+    6: (4.0625e-13, 0.010678710937499999, 1395.8, "RC_N64_k1_k16_d4", 4.07101292),
+    7: (2.03125e-13, 0.008009033203125, 1996.1, "RC_N64_k4_k16_d1", 3.66966011),
+    8: (1.015625e-13, 0.0060067749023437495, 2791.3, "RC_N64_k4_k16_d1", 3.3992654),
+    9: (5.078125e-14, 0.004505081176757813, 3829.3, "RC_N64_k4_k16_d1", 3.21526214),
+    10: (2.5390625e-14, 0.0033788108825683594, 5169.8, "RC_N64_k4_k16_d1", 3.08696317),
+    11: (1.26953125e-14, 0.0025341081619262695, 6887.6, "RC_N64_k4_k16_d1", 2.99555993),
+    12: (6.34765625e-15, 0.001900581121444702, 9076.8, "RC_N64_k4_k16_d1", 2.92921475),
+    13: (3.173828125e-15, 0.0014254358410835265, 11856.0, "RC_N64_k4_k16_d1", 2.88028291),
+    14: (1.5869140625e-15, 0.001069076880812645, 15375.2, "RC_N64_k4_k16_d1", 2.8437043),
+    15: (7.9345703125e-16, 0.0008018076606094836, 19823.8, "RC_N64_k4_k16_d1", 2.81605083),
+    16: (3.96728515625e-16, 0.0006013557454571127, 25440.6, "RC_N64_k4_k16_d1", 2.79494927),
+    17: (1.983642578125e-16, 0.00045101680909283455, 32527.2, "RC_N64_k4_k16_d1", 2.77872378),
+    18: (9.918212890625e-17, 0.00033826260681962594, 41463.6, "RC_N64_k4_k16_d1", 2.76616962),
+    19: (4.9591064453125e-17, 0.00025369695511471944, 52729.1, "RC_N64_k4_k16_d1", 2.75640684),
+}
+
+
+def _paper_strategy_columns(strategies: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+    from deepflow.config.mapping import KNOB
+
+    return {
+        "tensor_parallel": np.array([a * b for _, a, b, _ in strategies], dtype=float),
+        "kernel_parallel_dim2": np.array([b if t == "RC" else 1 for t, _, b, _ in strategies],
+                                         dtype=float),
+        "data_parallel": np.array([d for *_, d in strategies], dtype=float),
+        "pipeline_parallel": np.ones(len(strategies)),
+        "kernel_partition": np.array([KNOB["kernel_partition"].encode(t.lower())
+                                      for t, *_ in strategies], dtype=float),
+    }  # fmt: skip
+
+
+def paper_interconnect_energy(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's interconnect-energy sweep like for like: 64 V100-class devices on a board
+    whose PCB link (configs/technologies/crossflow-pcb.yaml, the V100's 81.5 mm², 2.805 W and
+    half the die edge) takes the original's 19 (energy per bit, area per wire) points; every
+    RC/CR strategy; side by side with the original's committed outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    base = _paper_scenario(14, 48.1)
+    v100 = load_device("v100-crossflow")  # the V100 with its own PCB scale-out link
+    scenario = dataclasses.replace(base, system=dataclasses.replace(base.system, device=v100))
+    n = len(strategies)
+    rows = []
+    for index, (e_bit, area, bw, strategy, seconds) in PAPER_XBIT.items():
+        cols = _paper_strategy_columns(strategies) | {
+            "scale_out_energy_per_bit_J": np.full(n, e_bit),
+            "scale_out_area_per_wire_mm2": np.full(n, area),
+        }
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t = evaluate_table(scenario, cols)
+        i = int(np.argmin(t["step_time_s"]))
+        caps = derive(design_table([scenario.system.device]) | {
+            "scale_out_energy_per_bit_J": np.array([e_bit]),
+            "scale_out_area_per_wire_mm2": np.array([area])})  # fmt: skip
+        rows.append({
+            "index": index, "pJ/bit": e_bit * 1e12,
+            "original GB/s": bw, "deepflow GB/s": float(caps["scale_out_bandwidth_Bps"][0]) / 1e9,
+            "original best (s)": seconds, "original strategy": strategy,
+            "deepflow best (s)": float(t["step_time_s"][i]), "deepflow strategy": names[i],
+            "deepflow at the original's strategy (s)":
+                float(t["step_time_s"][names.index(strategy)]),
+        })  # fmt: skip
+    print_table("Paper interconnect energy per bit (64 V100-class devices on a board, paper LSTM)",
+                rows)  # fmt: skip
+    first, last = rows[0], rows[-1]
+    print(
+        f"\nspeed-up from 13 pJ/bit to {last['pJ/bit']:.2g} pJ/bit: original "
+        f"{first['original best (s)'] / last['original best (s)']:.3g}x, deepflow "
+        f"{first['deepflow best (s)'] / last['deepflow best (s)']:.3g}x"
+    )
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    e = [r["pJ/bit"] for r in rows]
+    ax.plot(e, [r["original best (s)"] for r in rows], "o--", label="original (best)")
+    ax.plot(e, [r["deepflow best (s)"] for r in rows], "o-", label="deepflow (best)")
+    ax.plot(e, [r["deepflow at the original's strategy (s)"] for r in rows], "s:",
+            label="deepflow at the original's strategy")  # fmt: skip
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_yscale("log")
+    ax.set_xlabel("scale-out link energy per bit (pJ)", fontsize=8)
+    ax.set_ylabel("step time (s)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-paper-interconnect-energy.png")
+
+
+#: The original's HBM-generation sweep (nanocad-lab/DeepFlow e8fc755,
+#: case_study/perf_model/energy_per_membit/<strategy>/<variant>/): the DRAM technology of each
+#: variant's exp_config.yaml (energy per bit J, pin rate bps, nominal voltage V, pins per
+#: stack, stack capacity GiB, stack footprint mm²) and the fastest fitting strategy with its
+#: "Time" (s), the number of strategies that fit, from summary.txt. 64 V100s on a board.
+PAPER_HBM: dict[str, tuple[tuple[float, float, float, int, float, float], str, float, int]] = {
+    "HBM1": ((4.2e-12, 1.38e9, 1.2, 1024, 4, 100), "RC_N64_k1_k16_d4", 41.31364232, 6),
+    "HBM2": ((2.94e-12, 2.0e9, 1.14, 1024, 8, 100), "RC_N64_k4_k4_d4", 17.27810991, 15),
+    "HBM2e-8": ((2.058e-12, 2.4e9, 1.083, 1024, 16, 110), "RC_N64_k2_k2_d16", 13.31721109, 21),
+    "HBM2e-12": ((1.4406e-12, 3.2e9, 1.02885, 1536, 24, 110), "CR_N64_k4_k1_d16", 4.78828116,
+                 24),
+    "HBM2e-16": ((1.00842e-12, 4.0e9, 0.9774075, 2048, 32, 110), "CR_N64_k4_k1_d16",
+                 4.78828116, 32),
+}  # fmt: skip
+
+
+def paper_hbm_generations(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's HBM-generation sweep like for like: the V100 design (with its PCB link) on 64
+    packages takes each variant's DRAM technology (energy, pin rate, voltage, pins and capacity
+    per stack, footprint); every RC/CR strategy; side by side with the original's outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    base = _paper_scenario(14, 48.1)
+    v100 = load_device("v100-crossflow")
+    scenario = dataclasses.replace(base, system=dataclasses.replace(base.system, device=v100))
+    n = len(strategies)
+    rows = []
+    for variant, (dram, strategy, seconds, fitting) in PAPER_HBM.items():
+        e_bit, rate, volts, pins, gib, footprint = dram
+        cols = _paper_strategy_columns(strategies) | {
+            "dram_energy_per_bit_J": np.full(n, e_bit),
+            "dram_nominal_pin_rate_bps": np.full(n, rate),
+            "dram_nominal_voltage_V": np.full(n, volts),
+            "dram_pins_per_stack": np.full(n, float(pins)),
+            "dram_stack_capacity_B": np.full(n, gib * 2.0**30),
+            "dram_stack_footprint_mm2": np.full(n, footprint),
+        }
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t = evaluate_table(scenario, cols)
+        step = t["step_time_s"]
+        fits = np.asarray(t["feasible"], dtype=bool)
+        i = int(np.argmin(step))
+        j = int(np.argmin(np.where(fits, step, np.inf)))
+        rows.append({
+            "variant": variant, "HBM GiB": float(t["memory_capacity_B"][0]) / 2**30,
+            "HBM TB/s": float(t["hbm_bandwidth_Bps"][0]) / 1e12,
+            "original best (s)": seconds, "original strategy": strategy,
+            "original fitting": fitting,
+            "deepflow best (s)": float(step[i]), "deepflow strategy": names[i],
+            "deepflow fitting": int(fits.sum()),
+            "deepflow best fitting (s)": float(step[j]) if fits.any() else "none fits",
+            "deepflow fitting strategy": names[j] if fits.any() else "–",
+        })  # fmt: skip
+    print_table("Paper HBM generations (64 V100-class devices on a board, paper LSTM)", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = np.arange(len(rows))
+    ax.plot(x, [r["original best (s)"] for r in rows], "o--", label="original (best fitting)")
+    ax.plot(x, [r["deepflow best (s)"] for r in rows], "o-", label="deepflow (best)")
+    ax.set_xticks(x, [r["variant"] for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("step time (s)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-paper-hbm-generations.png")
+
+
 # ----------------------------------------------------------------------------- CLI
 CASES: dict[str, Callable[[Size, Path, int], Path]] = {
     "node-scaling": node_scaling,
     "packaging": packaging,
     "parallelism": parallelism,
     "paper-node-scaling": paper_node_scaling,
+    "paper-interconnect-energy": paper_interconnect_energy,
+    "paper-hbm-generations": paper_hbm_generations,
 }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from deepflow.config import builtin_config_dir
 from deepflow.datasets import load_space, oracle_version
 from deepflow.datasets.label import cube_rows, label_points
-from deepflow.search.runner import search_study
+from deepflow.pipeline import search_study
 from deepflow.search.study import study_from_mapping
 
 SPACE = builtin_config_dir() / "spaces" / "lstm-paper.yaml"
