@@ -429,10 +429,11 @@ def test_pareto_table_fits_80_columns(tmp_path: Path, monkeypatch: Any,
     text = capsys.readouterr().out
     _fits(text)
     header = next(line for line in text.splitlines() if line.startswith("┃"))
-    assert "step s" in header and "area mm²" in header and "die mm²" not in header
-    assert "hidden to fit 80 columns: mem GiB, cost $; --wide shows them" in text
+    # the report's columns (report.views.design_table): trial and objectives always show
+    assert "step time (s)" in header and "area (mm²)" in header and "die" not in header
+    assert "(hidden to fit 80 columns: TDP (W), memory used / capacity (GiB)," in text
     _print_pareto(summary, designs, tmp_path, wide=True)
-    assert "mem GiB" in capsys.readouterr().out
+    assert "memory used / capacity (GiB)" in capsys.readouterr().out
 
 
 def test_a_failed_model_save_leaves_no_folder(tmp_path: Path, monkeypatch: Any) -> None:

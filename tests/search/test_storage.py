@@ -47,7 +47,7 @@ def test_plain_optuna_sees_metric_names_and_physical_values(
     for t in loaded.trials:
         row = trials.loc[t.number]
         assert t.params["die_area_mm2"] == pytest.approx(row["x_die_area_mm2"], rel=1e-12)
-        assert 500 <= t.params["die_area_mm2"] <= 850  # mm², not a unit-cube coordinate
+        assert 400 <= t.params["die_area_mm2"] <= 850  # mm², not a unit-cube coordinate
         assert t.params["technology"] == row["x_technology"]
         for degree in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
             assert t.params[degree] == row[f"x_{degree}"]
@@ -56,7 +56,7 @@ def test_plain_optuna_sees_metric_names_and_physical_values(
         )
         assert t.constraints["memory_excess_B"] == pytest.approx(row["c_memory_excess_B"])
     dists = loaded.trials[0].distributions
-    assert dists["die_area_mm2"] == FloatDistribution(500.0, 850.0)
+    assert dists["die_area_mm2"] == FloatDistribution(400.0, 850.0)
     assert dists["tdp_W"] == FloatDistribution(400.0, 1200.0, log=True)
     assert isinstance(dists["technology"], CategoricalDistribution)
     assert isinstance(dists["tensor_parallel"], IntDistribution)
