@@ -26,7 +26,8 @@ T = TypeVar("T")
 app = typer.Typer(
     name="deepflow",
     help="Cross-stack pathfinding for distributed AI systems.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
