@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,dist]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,dist,ml,postgres]'
 	$(BIN)/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
 	touch $(STAMP)
 

@@ -55,9 +55,34 @@ def _guard(fn: Callable[[], T]) -> T:
     except DeepflowError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+    except ModuleNotFoundError as exc:
+        extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        typer.echo(f"error: {_missing_extra(str(exc.name).split('.')[0], extra)}", err=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
     except OSError as exc:  # a disk, permission or storage error: the path and the cause
         typer.echo(f"error: {_os_error(exc)}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+
+
+#: Optional dependencies -> the extra of pyproject.toml that installs them.
+OPTIONAL_MODULES = {
+    "torch": "ml",
+    "botorch": "ml",
+    "gpytorch": "ml",
+    "linear_operator": "ml",
+    "safetensors": "ml",
+    "ray": "dist",
+    "psycopg": "postgres",
+}
+
+
+def _missing_extra(module: str, extra: str) -> str:
+    """One line: which optional module is missing and the extra that installs it."""
+    torch = " (CPU torch first: README, 'Installing')" if extra == "ml" else ""
+    return (f"this needs {module}, which is not installed; install the {extra} extra: "
+            f"pip install 'deepflow[{extra}]'{torch}.")  # fmt: skip
 
 
 def _os_error(exc: OSError) -> str:
