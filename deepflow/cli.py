@@ -403,6 +403,16 @@ def sample(
     address: Annotated[
         str | None, typer.Option("--address", help="With --backend ray: join this cluster.")
     ] = None,
+    chunk_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-rows",
+            min=1,
+            help="Rows per task, part file and progress step "
+            "(default 8192); the file is the same for any value.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Label designs of a space with the oracle and write a Parquet dataset.
 
@@ -462,11 +472,19 @@ def sample(
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
                 workers=workers if workers is not None else (os.cpu_count() or 1),
-                resume=resume, address=address, progress=progress,
+                resume=resume, address=address, chunk_size=chunk_rows, progress=progress,
             )  # fmt: skip
         finally:
             if task_ids:
                 bar.stop()
+        if as_json:
+            typer.echo(json.dumps({
+                "path": str(result.path), "num_rows": result.num_rows,
+                "num_feasible": result.num_feasible, "resumed_rows": result.resumed_rows,
+                "num_chunks": result.num_chunks, "seconds": result.seconds,
+                "rows_per_s": result.rows_per_s,
+            }, indent=2))  # fmt: skip
+            return
         resumed = f", {result.resumed_rows:,} kept from the interrupted run" if (
             result.resumed_rows) else ""  # fmt: skip
         typer.echo(
@@ -760,6 +778,9 @@ def run(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
     out: _ResultFolder = None,
     storage: _Storage = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary and the report's path as JSON.")
+    ] = False,
     wide: _Wide = False,
 ) -> None:
     """The whole pipeline: sample -> fit -> search -> verify -> report.
@@ -780,6 +801,11 @@ def run(
                 outcome = run_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
+        if as_json:
+            payload = {**outcome.summary, "out_dir": str(outcome.out_dir),
+                       "report": str(outcome.report)}  # fmt: skip
+            typer.echo(json.dumps(payload, indent=2, default=str))
+            return
         _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
         timings = outcome.summary["timings_s"]
         names = ("sample", "search", "verify", "report")
@@ -796,6 +822,9 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default: RESULT_DIR/report.html).")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the page's and the figures' paths as JSON.")
+    ] = False,
 ) -> None:
     """Plots and a self-contained HTML report: Pareto fronts, hypervolume, breakdowns.
 
@@ -809,7 +838,13 @@ def report(
         if out is not None:
             _check_out_suffix(out, ".html", "an HTML page")
         path = write_report(result_dir, out)
-        typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
+        figures = Path(result_dir) / "figures"
+        if as_json:
+            typer.echo(json.dumps({"report": str(path), "figures_dir": str(figures),
+                                   "figures": [str(f) for f in sorted(figures.glob("*.png"))]},
+                                  indent=2))  # fmt: skip
+            return
+        typer.echo(f"wrote {path} and the figures in {figures}")
 
     _guard(body)
 
