@@ -495,6 +495,16 @@ def sample(
     _guard(body)
 
 
+_SpaceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--space",
+        help="The dataset's design space when its Parquet metadata and its "
+        "DATA.space.yaml sidecar are gone (the sidecar or the space YAML).",
+    ),
+]
+
+
 @app.command()
 def fit(
     data: Annotated[Path, typer.Argument(help="Dataset Parquet file (deepflow sample).")],
@@ -510,6 +520,7 @@ def fit(
     max_rows: Annotated[
         int | None, typer.Option("--max-rows", help="Subsample the training split (for gp).")
     ] = None,
+    space: _SpaceOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Fit a surrogate on 80 % of a dataset; print MAPE, R², Spearman, 95 % coverage on 20 %."""
@@ -522,7 +533,7 @@ def fit(
         _check_out_suffix(out, "", "the surrogate")
         names = [t.strip() for arg in targets for t in arg.split(",") if t.strip()] if (
             targets) else None  # fmt: skip
-        df = load(data)
+        df = load(data, space=space)
         if len(df) < MIN_FIT_ROWS:
             raise ConfigError(
                 f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
@@ -567,6 +578,7 @@ def query(
             "(variable: value mappings; a simplex as a mapping of its parts)."
         ),
     ],
+    space: _SpaceOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict the targets (median, std, 95 % interval) and P(feasible) at POINTS."""
@@ -580,9 +592,9 @@ def query(
             model = SurrogateModel.load(model_dir)
             df = read_points(points, model)
         else:
-            table = load(points, validate=False)
-            space = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
-            model = SurrogateModel.load(model_dir, space_sha256=space or None)
+            table = load(points, validate=False, space=space)
+            sha = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
+            model = SurrogateModel.load(model_dir, space_sha256=sha or None)
             df = points_from_table(table, model, file=str(points))
         pred = model.predict(df)
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}

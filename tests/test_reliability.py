@@ -326,7 +326,7 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
     result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
                                  "--workers", "1"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet", "d.parquet.space.yaml"]
 
 
 def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:

@@ -40,6 +40,7 @@ from deepflow.datasets.io import (
     oracle_version,
     package_versions,
     read_metadata,
+    sidecar_path,
     table_bytes,
     write_atomic,
     write_options,
@@ -501,6 +502,7 @@ class _Assembly:
         self._meta = meta
         self._tmp = parts / f"assembled-{os.getpid()}.parquet"
         self._group_rows = space.chunk_size  # rows per row group, whatever the chunk size
+        self._space_text = space.text
         self._held: list[pa.Table] = []
         self._writer = pq.ParquetWriter(self._tmp, schema.with_metadata(meta),
                                         **write_options(schema))  # fmt: skip
@@ -554,5 +556,7 @@ class _Assembly:
         self._write_groups(final=True)
         self._writer.close()
         self._finished = True
+        # The space's sidecar first, so that the dataset never appears without it.
+        write_atomic(sidecar_path(out), self._space_text.encode("utf-8"))
         os.replace(self._tmp, out)
         return self.feasible
