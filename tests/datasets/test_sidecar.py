@@ -102,4 +102,3 @@ def test_fit_on_a_dataset_resaved_by_pandas(dataset: Path, tmp_path: Path) -> No
     assert json.loads(result.stdout)["num_train"] == 96
     saved = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
     assert saved["space_sha256"] == load(dataset).attrs["deepflow"]["space_sha256"]
-
