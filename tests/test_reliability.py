@@ -353,7 +353,7 @@ def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path, damage: str) -> N
     model = tmp_path / "m"
     fitted = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
     assert fitted.exit_code == 0, fitted.output
-    weights = model / "model" / "weights.joblib"
+    weights = model / "model" / "trees.npz"
     weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:100])
     result = runner.invoke(app, ["query", str(model), str(data)])
     assert result.exit_code == 2
