@@ -34,6 +34,7 @@ from deepflow.surrogate.model import (
     load,
     score,
 )
+from deepflow.surrogate.onnx_export import export_onnx
 from deepflow.surrogate.points import read_points
 from deepflow.surrogate.registry import SURROGATES, make_surrogate, surrogate_class
 from deepflow.surrogate.svgp import SVGP
@@ -57,6 +58,7 @@ __all__ = [
     "SurrogatePosteriorModel",
     "TargetTransform",
     "check_X",
+    "export_onnx",
     "fit_surrogate",
     "load",
     "make_surrogate",
