@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit slow bench clean chromium
+.PHONY: run test lint typecheck unit slow wheel bench clean chromium
 
 # torch==2.13.0 (CPU wheel on this machine's disk) goes in first, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,dist,postgres]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,dist,ml,postgres]'
 	$(BIN)/python -c "import sys, torch; sys.exit(torch.version.cuda is not None)"
 	touch $(STAMP)
 
@@ -41,7 +41,12 @@ unit: $(STAMP) chromium
 slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-test: lint typecheck unit
+# The wheel, built from a copy of the sources, installed into a fresh venv without the
+# checkout and smoke-tested from a temporary folder (tests/test_packaging.py, about 30 s).
+wheel: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_packaging.py
+
+test: lint typecheck unit wheel
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

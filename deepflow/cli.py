@@ -27,7 +27,8 @@ T = TypeVar("T")
 app = typer.Typer(
     name="deepflow",
     help="Cross-stack pathfinding for distributed AI systems.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
@@ -55,9 +56,34 @@ def _guard(fn: Callable[[], T]) -> T:
     except DeepflowError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+    except ModuleNotFoundError as exc:
+        extra = OPTIONAL_MODULES.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        typer.echo(f"error: {_missing_extra(str(exc.name).split('.')[0], extra)}", err=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
     except OSError as exc:  # a disk, permission or storage error: the path and the cause
         typer.echo(f"error: {_os_error(exc)}", err=True)
         raise typer.Exit(EXIT_INTERNAL) from None
+
+
+#: Optional dependencies -> the extra of pyproject.toml that installs them.
+OPTIONAL_MODULES = {
+    "torch": "ml",
+    "botorch": "ml",
+    "gpytorch": "ml",
+    "linear_operator": "ml",
+    "safetensors": "ml",
+    "ray": "dist",
+    "psycopg": "postgres",
+}
+
+
+def _missing_extra(module: str, extra: str) -> str:
+    """One line: which optional module is missing and the extra that installs it."""
+    torch = " (CPU torch first: README, 'Installing')" if extra == "ml" else ""
+    return (f"this needs {module}, which is not installed; install the {extra} extra: "
+            f"pip install 'deepflow[{extra}]'{torch}.")  # fmt: skip
 
 
 def _os_error(exc: OSError) -> str:
@@ -407,6 +433,16 @@ def sample(
     address: Annotated[
         str | None, typer.Option("--address", help="With --backend ray: join this cluster.")
     ] = None,
+    chunk_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk-rows",
+            min=1,
+            help="Rows per task, part file and progress step "
+            "(default 8192); the file is the same for any value.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Label designs of a space with the oracle and write a Parquet dataset.
 
@@ -466,13 +502,21 @@ def sample(
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
                 workers=workers if workers is not None else (os.cpu_count() or 1),
-                resume=resume, address=address, progress=progress,
+                resume=resume, address=address, chunk_size=chunk_rows, progress=progress,
             )  # fmt: skip
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             if task_ids:
                 bar.stop()
+        if as_json:
+            typer.echo(json.dumps({
+                "path": str(result.path), "num_rows": result.num_rows,
+                "num_feasible": result.num_feasible, "resumed_rows": result.resumed_rows,
+                "num_chunks": result.num_chunks, "seconds": result.seconds,
+                "rows_per_s": result.rows_per_s,
+            }, indent=2))  # fmt: skip
+            return
         resumed = f", {result.resumed_rows:,} kept from the interrupted run" if (
             result.resumed_rows) else ""  # fmt: skip
         typer.echo(
@@ -481,6 +525,16 @@ def sample(
         )
 
     _guard(body)
+
+
+_SpaceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--space",
+        help="The dataset's design space when its Parquet metadata and its "
+        "DATA.space.yaml sidecar are gone (the sidecar or the space YAML).",
+    ),
+]
 
 
 @app.command()
@@ -498,6 +552,7 @@ def fit(
     max_rows: Annotated[
         int | None, typer.Option("--max-rows", help="Subsample the training split (for gp).")
     ] = None,
+    space: _SpaceOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Fit a surrogate on 80 % of a dataset; print MAPE, R², Spearman, 95 % coverage on 20 %."""
@@ -510,7 +565,7 @@ def fit(
         _check_out_suffix(out, "", "the surrogate")
         names = [t.strip() for arg in targets for t in arg.split(",") if t.strip()] if (
             targets) else None  # fmt: skip
-        df = load(data)
+        df = load(data, space=space)
         if len(df) < MIN_FIT_ROWS:
             raise ConfigError(
                 f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
@@ -565,6 +620,7 @@ def query(
             "(variable: value mappings; a simplex as a mapping of its parts)."
         ),
     ],
+    space: _SpaceOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     wide: _Wide = False,
 ) -> None:
@@ -579,9 +635,9 @@ def query(
             model = SurrogateModel.load(model_dir)
             df = read_points(points, model)
         else:
-            table = load(points, validate=False)
-            space = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
-            model = SurrogateModel.load(model_dir, space_sha256=space or None)
+            table = load(points, validate=False, space=space)
+            sha = str(table.attrs.get("deepflow", {}).get("space_sha256", ""))
+            model = SurrogateModel.load(model_dir, space_sha256=sha or None)
             df = points_from_table(table, model, file=str(points))
         pred = model.predict(df)
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
@@ -765,6 +821,9 @@ def run(
     study_path: Annotated[Path, typer.Argument(help="Study YAML (configs/studies/).")],
     out: _ResultFolder = None,
     storage: _Storage = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary and the report's path as JSON.")
+    ] = False,
     wide: _Wide = False,
 ) -> None:
     """The whole pipeline: sample -> fit -> search -> verify -> report.
@@ -785,6 +844,11 @@ def run(
                 outcome = run_study(study, out_dir, storage=storage, progress=progress)
         finally:
             bar.stop()
+        if as_json:
+            payload = {**outcome.summary, "out_dir": str(outcome.out_dir),
+                       "report": str(outcome.report)}  # fmt: skip
+            typer.echo(json.dumps(payload, indent=2, default=str))
+            return
         _print_pareto(outcome.summary, outcome.designs, outcome.out_dir, wide=wide)
         timings = outcome.summary["timings_s"]
         names = ("sample", "search", "verify", "report")
@@ -801,6 +865,9 @@ def report(
     out: Annotated[
         Path | None, typer.Option("--out", help="HTML file (default: RESULT_DIR/report.html).")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the page's and the figures' paths as JSON.")
+    ] = False,
 ) -> None:
     """Plots and a self-contained HTML report: Pareto fronts, hypervolume, breakdowns.
 
@@ -813,12 +880,18 @@ def report(
 
         if out is not None:
             _check_out_suffix(out, ".html", "an HTML page")
+        figures = Path(result_dir) / "figures"
         if not Path(result_dir).is_dir():  # the report's own message names what is missing
             path = write_report(result_dir, out)
         else:
             with _result_lock(Path(result_dir)):  # not while a search or run writes it
                 path = write_report(result_dir, out)
-        typer.echo(f"wrote {path} and the figures in {Path(result_dir) / 'figures'}")
+        if as_json:
+            typer.echo(json.dumps({"report": str(path), "figures_dir": str(figures),
+                                   "figures": [str(f) for f in sorted(figures.glob("*.png"))]},
+                                  indent=2))  # fmt: skip
+            return
+        typer.echo(f"wrote {path} and the figures in {figures}")
 
     _guard(body)
 

@@ -344,7 +344,7 @@ def test_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
     result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
                                  "--workers", "1"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet", "d.parquet.space.yaml"]
 
 
 def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:
@@ -375,7 +375,7 @@ def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path, damage: str) -> N
     model = tmp_path / "m"
     fitted = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
     assert fitted.exit_code == 0, fitted.output
-    weights = model / "model" / "weights.joblib"
+    weights = model / "model" / "trees.npz"
     weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:100])
     result = runner.invoke(app, ["query", str(model), str(data)])
     assert result.exit_code == 2

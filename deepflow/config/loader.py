@@ -1,9 +1,11 @@
 """YAML files and presets -> validated specs.
 
-Presets are looked up by name in ``configs/<kind>/<name>.yaml`` under each directory of
-``$DEEPFLOW_CONFIG_PATH`` (``os.pathsep``-separated, first match wins) and then in the
-repository's own ``configs/``. A reference ending in ``.yaml`` is a path relative to the file
-that names it. An inline mapping may start from a preset with ``base: NAME`` and override keys.
+Presets are looked up by name in ``<kind>/<name>.yaml`` under each directory of
+``$DEEPFLOW_CONFIG_PATH`` (``os.pathsep``-separated, first match wins) and then in the built-in
+presets: ``deepflow/configs/`` inside an installed package (the build copies the repository's
+``configs/`` there), else the checkout's ``configs/`` (an editable install). A reference
+ending in ``.yaml`` is a path relative to the file that names it. An inline mapping may start
+from a preset with ``base: NAME`` and override keys.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +167,12 @@ def parse_yaml(text: str, shown: str) -> Any:
 
 @functools.cache
 def builtin_config_dir() -> Path:
-    """The repository's ``configs/`` directory (next to the ``deepflow`` package)."""
+    """The built-in presets: ``deepflow/configs/`` of an installed package (package data, read
+    through :mod:`importlib.resources`), else the checkout's ``configs/`` next to the
+    ``deepflow`` package (an editable install or a source tree on ``PYTHONPATH``)."""
+    packaged = resources.files("deepflow").joinpath("configs")
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
     return Path(__file__).resolve().parents[2] / "configs"
 
 
@@ -654,6 +662,10 @@ def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file (contract: system, workload, mapping).
 
+    A bare name (no ``.yaml``) that is not a file is looked up as a preset in
+    ``scenarios/`` (``DEEPFLOW_CONFIG_PATH``, then the built-in presets), so an installed
+    package runs ``deepflow evaluate gpt3-175b-a100`` from any folder.
+
     Warns:
         PlausibilityWarning: a value far outside any real device or run (a likely unit slip).
 
@@ -662,7 +674,9 @@ def load_scenario(path: str | Path) -> Scenario:
     """
     from deepflow.config.plausibility import warn_implausible
 
-    raw = read_yaml(path, what="a scenario mapping with keys system, workload, mapping")
-    scenario = scenario_from_mapping(raw, file=str(path), base_dir=Path(path).resolve().parent)
+    found = preset_file("scenarios", "scenario", path)
+    source = path if found == Path(path) else _display(found)
+    raw = read_yaml(source, what="a scenario mapping with keys system, workload, mapping")
+    scenario = scenario_from_mapping(raw, file=str(source), base_dir=found.resolve().parent)
     warn_implausible(scenario)
     return scenario

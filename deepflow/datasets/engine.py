@@ -1,7 +1,10 @@
 """Labelled sweeps: chunks of rows, evaluated on local processes or Ray, resumable.
 
-The rows 0..N-1 are cut into chunks of the space's ``chunk_size``; chunk k is a pure function
-of (space, seed, N, k), so the backend and the worker count change nothing in the result.
+The rows 0..N-1 are cut into chunks of ``chunk_rows`` (the unit of work, of progress and of
+resume: :data:`DEFAULT_CHUNK_ROWS`, or fewer when the space's ``chunk_size`` is smaller);
+chunk k is a pure function of (space, seed, N, k), so the backend, the worker count and the
+chunk size change nothing in the result. The final file's row groups hold the space's
+``chunk_size`` rows each, however the work was cut, so it is the same file byte for byte.
 Workers compute and encode; the driver writes each finished chunk atomically (temporary
 file + rename) into ``<out>.parts/`` and records it in ``manifest.json`` (written the same
 way). ``resume=True`` keeps the recorded chunks (their SHA-256 re-checked) and computes the
@@ -37,6 +40,7 @@ from deepflow.datasets.io import (
     oracle_version,
     package_versions,
     read_metadata,
+    sidecar_path,
     table_bytes,
     write_atomic,
     write_options,
@@ -49,6 +53,10 @@ from deepflow.lock import hold_lock
 __all__ = ["BACKENDS", "SampleResult", "sample"]
 
 BACKENDS = ("local", "ray")
+#: Rows per chunk by default: a chunk takes about a second on one worker (the progress moves
+#: about once a second per worker), and per-chunk costs (a part file, a manifest entry) stay
+#: a few per cent of the labelling.
+DEFAULT_CHUNK_ROWS = 8192
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 Progress = Callable[[int, int], None]
@@ -327,8 +335,9 @@ def sample(
         workers: processes (local) or CPUs of the local Ray cluster.
         resume: keep the chunks an interrupted run left in ``<out>.parts/``.
         address: with ``ray``, join this cluster instead of starting a local one.
-        chunk_size: rows per chunk (default: the space's ``chunk_size``); any value gives
-            the same dataset.
+        chunk_size: rows per chunk, the unit of work, progress and resume (default:
+            :data:`DEFAULT_CHUNK_ROWS`, at most the space's ``chunk_size``); any value gives
+            the same file, byte for byte (its row groups hold the space's ``chunk_size`` rows).
         progress: called with (rows done, rows total) after each chunk.
 
     Returns:
@@ -346,7 +355,7 @@ def sample(
         raise ConfigError(f"{out}: folder {out_path.parent} does not exist.")
     if out_path.is_dir():
         raise ConfigError(f"{out}: is a directory; give a .parquet file name.")
-    size = chunk_size or loaded.chunk_size
+    size = chunk_size or min(loaded.chunk_size, DEFAULT_CHUNK_ROWS)
     version = oracle_version()
     schema = arrow_schema(loaded)  # evaluates the base once: fails here, before any write
     params = _run_parameters(loaded, seed, num_samples, size, version)
@@ -492,6 +501,9 @@ class _Assembly:
         self._schema = schema
         self._meta = meta
         self._tmp = parts / f"assembled-{os.getpid()}.parquet"
+        self._group_rows = space.chunk_size  # rows per row group, whatever the chunk size
+        self._space_text = space.text
+        self._held: list[pa.Table] = []
         self._writer = pq.ParquetWriter(self._tmp, schema.with_metadata(meta),
                                         **write_options(schema))  # fmt: skip
         self._finished = False
@@ -519,14 +531,32 @@ class _Assembly:
             if not table.schema.equals(self._schema):
                 raise DeepflowError(f"chunk {k}: columns differ from the space's schema.")
             self.feasible += _count_true(table.column("feasible"))
-            self._writer.write_table(table.replace_schema_metadata(self._meta))
+            self._held.append(table.replace_schema_metadata(self._meta))
+            self._write_groups(final=False)
             self._next += 1
+
+    def _write_groups(self, *, final: bool) -> None:
+        """Write the rows held as row groups of the space's ``chunk_size`` (the rest, too,
+        when ``final``), each one contiguous array per column."""
+        held = sum(t.num_rows for t in self._held)
+        if held < self._group_rows and not (final and held):
+            return
+        rows = pa.concat_tables(self._held).combine_chunks()
+        start = 0
+        while rows.num_rows - start >= self._group_rows or (final and start < rows.num_rows):
+            self._writer.write_table(rows.slice(start, self._group_rows),
+                                     row_group_size=self._group_rows)  # fmt: skip
+            start += self._group_rows
+        self._held = [rows.slice(start)] if start < rows.num_rows else []
 
     def finish(self, out: Path) -> int:
         """Close the file, rename it to ``out``; the number of feasible rows."""
         if self._next != len(self._order):
             raise DeepflowError(f"chunk {self._order[self._next]} is missing.")  # pragma: no cover
+        self._write_groups(final=True)
         self._writer.close()
         self._finished = True
+        # The space's sidecar first, so that the dataset never appears without it.
+        write_atomic(sidecar_path(out), self._space_text.encode("utf-8"))
         os.replace(self._tmp, out)
         return self.feasible

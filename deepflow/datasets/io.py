@@ -5,6 +5,12 @@ constraints ``c_<name>`` (<= 0 feasible), ``feasible`` (bool), provenance ``orac
 ``space_sha256``, ``seed``, ``sample_index``; one row per design, in ``sample_index`` order.
 File metadata (``deepflow.*`` keys) holds the space YAML, the run's parameters, the variables
 and the package versions.
+
+The space also travels in a sidecar, ``<file>.space.yaml`` (the space YAML verbatim, written
+just before the Parquet file is renamed into place), so a dataset that pandas, polars or
+duckdb filtered and saved again, which drops the file metadata, still loads: the metadata is
+rebuilt from the sidecar (or a ``space=`` file: the sidecar or the space YAML itself) and the
+provenance columns, after checking that the space's hash is the rows' ``space_sha256``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "oracle_version",
     "package_versions",
     "read_metadata",
+    "sidecar_path",
     "write_atomic",
 ]
 
@@ -104,6 +111,12 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def sidecar_path(path: str | Path) -> Path:
+    """The space sidecar of a dataset: ``<file>.space.yaml`` next to it."""
+    p = Path(path)
+    return p.with_name(p.name + ".space.yaml")
+
+
 # ------------------------------------------------------------------------------- reading
 def read_metadata(path: str | Path) -> dict[str, Any]:
     """The ``deepflow.*`` file metadata of a dataset (JSON values decoded)."""
@@ -149,6 +162,12 @@ def validate_table(table: pa.Table, name: str) -> dict[str, Any]:
     """
     meta = _decode_metadata(table.schema.metadata or {})
     bad = f"{name}: not a deepflow dataset:"
+    if "space_yaml" not in meta:
+        raise ConfigError(
+            f"{bad} file metadata lacks deepflow.space_yaml and {sidecar_path(name).name} is "
+            "not next to it; give the design space (--space FILE: the sidecar of the original "
+            "file or the space YAML)."
+        )
     for key in _REQUIRED_META:
         if key not in meta:
             raise ConfigError(f"{bad} file metadata lacks deepflow.{key}.")
@@ -182,12 +201,18 @@ def validate_table(table: pa.Table, name: str) -> dict[str, Any]:
     return meta
 
 
-def load(path: str | Path, *, validate: bool = True) -> Any:
+def load(path: str | Path, *, validate: bool = True, space: str | Path | None = None) -> Any:
     """Load a dataset written by ``deepflow sample`` as a pandas DataFrame.
+
+    A file without deepflow's metadata (saved again by pandas, polars, duckdb, ...) is read
+    with the space of its sidecar ``<file>.space.yaml`` or of ``space``.
 
     Args:
         path: the Parquet file.
         validate: check the contract's columns, types, row order and metadata.
+        space: the design space of the rows when the file's metadata is gone: the sidecar of
+            the original file, or the space YAML it was sampled from (default: the sidecar
+            next to ``path``, if any).
 
     Returns:
         The DataFrame (one row per design, ``sample_index`` order). ``df.attrs["deepflow"]``
@@ -207,11 +232,65 @@ def load(path: str | Path, *, validate: bool = True) -> Any:
         table = pq.read_table(p)
     except (pa.ArrowInvalid, OSError) as exc:
         raise ConfigError(f"{path}: not a Parquet file ({exc}).") from exc
+    table = _with_space(table, str(path), space)
     meta = validate_table(table, str(path)) if validate else _decode_metadata(
         table.schema.metadata or {})  # fmt: skip
     df = table.to_pandas()
     df.attrs["deepflow"] = meta
     return df
+
+
+def _with_space(table: pa.Table, name: str, space: str | Path | None) -> pa.Table:
+    """``table`` with its deepflow metadata: its own, else rebuilt from a space file.
+
+    Columns a DataFrame library adds for its index (pandas' ``__index_level_0__``) are dropped.
+
+    Raises:
+        ConfigError: the space file is missing or invalid, or not the rows' space.
+    """
+    index_columns = [c for c in table.column_names if c.startswith("__index_level_")]
+    table = table.drop_columns(index_columns) if index_columns else table
+    own = _decode_metadata(table.schema.metadata or {})
+    if space is None and "space_yaml" in own:
+        return table
+    source = Path(space) if space is not None else sidecar_path(name)
+    if space is None and not source.is_file():
+        return table  # validate_table names what is missing
+    if not source.is_file():
+        raise ConfigError(f"{source}: no such file (the design space of {name}).")
+    from deepflow.datasets.space import space_from_text
+
+    text = source.read_text(encoding="utf-8")
+    loaded = space_from_text(text, file=str(source), base_dir=source.resolve().parent)
+    if "space_sha256" in table.column_names:
+        hashes = set(table.column("space_sha256").unique().to_pylist())
+        if hashes - {loaded.sha256}:
+            theirs = ", ".join(sorted(str(h)[:12] for h in hashes))
+            raise ConfigError(
+                f"{name}: its rows come from design space {theirs}, but {source} is space "
+                f"{loaded.sha256[:12]}; give the space the rows were sampled from."
+            )
+
+    def single(column: str, default: Any) -> Any:
+        if column not in table.column_names:
+            return default
+        values = table.column(column).unique().to_pylist()
+        return values[0] if len(values) == 1 else default
+
+    rebuilt = {
+        "dataset_format": DATASET_FORMAT,
+        "space_yaml": loaded.text,
+        "space_file": source.name,
+        "space_sha256": loaded.sha256,
+        "seed": single("seed", None),
+        "num_samples": table.num_rows,
+        "sampler": loaded.sampler,
+        "oracle_version": single("oracle_version", ""),
+        "variables": [v.describe() for v in loaded.variables],
+        "versions": {},
+        "space_source": str(source),
+    }
+    return table.replace_schema_metadata(file_metadata(rebuilt))
 
 
 @dataclass(frozen=True)

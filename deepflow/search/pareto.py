@@ -1,8 +1,12 @@
-"""Pareto sets and hypervolume (BoTorch utilities) in the normalised objective space.
+"""Pareto sets and hypervolume in the normalised objective space.
 
 All functions take the **normalised** form of :func:`deepflow.search.objectives.normalise`
 (larger is better, the reference point at the origin), so the hypervolume is the dominated
 share of the unit box [0, 1]^k between the reference and the ideal point.
+
+Plain numpy and Optuna (the core install), no torch: a search without a surrogate never
+imports it. The tests check both against BoTorch's ``is_non_dominated`` and
+``DominatedPartitioning`` where BoTorch is installed.
 """
 
 from __future__ import annotations
@@ -20,26 +24,33 @@ def pareto_mask(points: F, feasible: NDArray[np.bool_] | None = None) -> NDArray
 
     Duplicates of a non-dominated point are all kept (BoTorch's ``deduplicate=False``).
     """
-    import torch
-    from botorch.utils.multi_objective.pareto import is_non_dominated
-
     pts = np.asarray(points, dtype=float)
     ok = np.isfinite(pts).all(axis=1)
     if feasible is not None:
         ok &= np.asarray(feasible, dtype=bool)
     mask = np.zeros(len(pts), dtype=bool)
     if ok.any():
-        sub = torch.as_tensor(pts[ok], dtype=torch.float64)
-        mask[np.flatnonzero(ok)] = is_non_dominated(sub, deduplicate=False).numpy()
+        mask[np.flatnonzero(ok)] = _non_dominated(pts[ok])
     return mask
+
+
+def _non_dominated(pts: F) -> NDArray[np.bool_]:
+    """Rows no other row dominates (>= in every coordinate, > in one); blocks of rows at a
+    time bound the (block, n, k) comparison to about 32 MiB."""
+    n, k = pts.shape
+    out = np.empty(n, dtype=bool)
+    block = max(1, (1 << 25) // max(1, n * k))
+    for start in range(0, n, block):
+        b = pts[start : start + block, None, :]
+        beats: NDArray[np.bool_] = np.all(pts[None] >= b, axis=2) & np.any(pts[None] > b, axis=2)
+        dominated = np.any(beats, axis=1)
+        out[start : start + block] = ~dominated
+    return out
 
 
 def hypervolume(points: F, feasible: NDArray[np.bool_] | None = None) -> float:
     """Hypervolume of (n, k) normalised points w.r.t. the origin (points below it count 0)."""
-    import torch
-    from botorch.utils.multi_objective.box_decompositions.dominated import (
-        DominatedPartitioning,
-    )
+    from optuna._hypervolume import compute_hypervolume
 
     pts = np.asarray(points, dtype=float)
     ok = np.isfinite(pts).all(axis=1) & (pts > 0).all(axis=1)
@@ -51,11 +62,8 @@ def hypervolume(points: F, feasible: NDArray[np.bool_] | None = None) -> float:
     k = pts.shape[1]
     if k == 1:
         return float(front.max())
-    part = DominatedPartitioning(
-        ref_point=torch.zeros(k, dtype=torch.float64),
-        Y=torch.as_tensor(front, dtype=torch.float64),
-    )
-    return float(part.compute_hypervolume())
+    # Optuna's exact hypervolume (WFG for k >= 3) minimises: negate the points and the origin.
+    return float(compute_hypervolume(-front, np.zeros(k), assume_pareto=True))
 
 
 def greedy_hypervolume_selection(

@@ -12,7 +12,11 @@ Example:
     >>> from deepflow.datasets import load                            # doctest: +SKIP
     >>> from deepflow.surrogate import fit_surrogate, SurrogateModel
     >>> model, report = fit_surrogate(load("d.parquet"), "mlp", random_state=0)
-    >>> model.save("surrogate/"); SurrogateModel.load("surrogate/").predict(points)
+    >>> model.save("surrogate/")
+    >>> load("surrogate/", space="mapping-spec").predict(points, return_std=True)
+
+A saved folder holds no pickle (JSON, safetensors, numpy ``.npz``): :func:`load` runs no code
+from it.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -27,8 +31,10 @@ from deepflow.surrogate.model import (
     SURROGATE_FORMAT,
     SurrogateModel,
     fit_surrogate,
+    load,
     score,
 )
+from deepflow.surrogate.onnx_export import export_onnx
 from deepflow.surrogate.points import read_points
 from deepflow.surrogate.registry import SURROGATES, make_surrogate, surrogate_class
 from deepflow.surrogate.svgp import SVGP
@@ -52,7 +58,9 @@ __all__ = [
     "SurrogatePosteriorModel",
     "TargetTransform",
     "check_X",
+    "export_onnx",
     "fit_surrogate",
+    "load",
     "make_surrogate",
     "read_points",
     "score",

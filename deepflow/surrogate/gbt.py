@@ -1,4 +1,5 @@
-"""Gradient-boosting baseline and the feasibility classifier (scikit-learn, joblib weights).
+"""Gradient-boosting baseline and the feasibility classifier (scikit-learn; trees saved as
+numpy arrays, :class:`~deepflow.surrogate.weights.TreeEnsemble`).
 
 ``GradientBoosting`` fits one ``HistGradientBoostingRegressor`` per output for the mean and,
 with ``quantiles=True``, two quantile models (2.5 % and 97.5 %) whose gap gives the std of a
@@ -17,10 +18,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from deepflow.errors import ConfigError
 from deepflow.surrogate.base import Array, Surrogate, check_X
+from deepflow.surrogate.weights import TreeEnsemble
 
 __all__ = ["FeasibilityClassifier", "GradientBoosting"]
 
 _Z95 = 1.959963984540054
+#: The trees of a saved GradientBoosting / FeasibilityClassifier (numpy, no pickle).
+TREES = "trees.npz"
 
 
 class GradientBoosting(Surrogate):
@@ -81,17 +85,30 @@ class GradientBoosting(Surrogate):
         return mean, std
 
     def _save_state(self, path: Path) -> None:
-        import joblib
-
-        joblib.dump({"models": self.models_, "quantile_models": self.quantile_models_},
-                    path / "weights.joblib")  # fmt: skip
+        arrays: dict[str, Any] = {}
+        for j, model in enumerate(self.models_):
+            arrays.update(TreeEnsemble.from_sklearn(model).arrays(f"mean{j}"))
+        for j, (lo, hi) in enumerate(self.quantile_models_):
+            arrays.update(TreeEnsemble.from_sklearn(lo).arrays(f"lo{j}"))
+            arrays.update(TreeEnsemble.from_sklearn(hi).arrays(f"hi{j}"))
+        np.savez(path / TREES, **arrays)
 
     def _load_state(self, path: Path) -> None:
-        import joblib
+        if not (path / TREES).is_file() and (path / "weights.joblib").is_file():
+            import joblib  # a folder saved before the weights were arrays
 
-        state = joblib.load(path / "weights.joblib")
-        self.models_ = list(state["models"])
-        self.quantile_models_ = list(state["quantile_models"])
+            state = joblib.load(path / "weights.joblib")
+            self.models_ = list(state["models"])
+            self.quantile_models_ = list(state["quantile_models"])
+            return
+        # np.load is handed an open file: it leaks its own on a damaged archive
+        with open(path / TREES, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+            self.models_ = [TreeEnsemble.from_arrays(data, f"mean{j}")
+                            for j in range(self.n_outputs_)]  # fmt: skip
+            self.quantile_models_ = [
+                (TreeEnsemble.from_arrays(data, f"lo{j}"), TreeEnsemble.from_arrays(data, f"hi{j}"))
+                for j in range(self.n_outputs_) if f"lo{j}.nodes" in data.files
+            ]  # fmt: skip
 
 
 class FeasibilityClassifier(BaseEstimator):
@@ -132,3 +149,29 @@ class FeasibilityClassifier(BaseEstimator):
 
     def predict(self, X: Any) -> NDArray[np.bool_]:
         return self.predict_proba(X) >= 0.5
+
+    def save(self, path: Path) -> None:
+        """Write the fitted classifier to the ``.npz`` file ``path`` (no pickle)."""
+        check_is_fitted(self, "n_features_in_")
+        arrays: dict[str, Any] = {
+            "n_features_in": np.array([self.n_features_in_]),
+            "constant": np.array([-1 if self.constant_ is None else int(self.constant_)]),
+            "params": np.array([self.max_iter, -1 if self.random_state is None
+                                else self.random_state]),
+        }  # fmt: skip
+        if self.model_ is not None:
+            arrays.update(TreeEnsemble.from_sklearn(self.model_).arrays("model"))
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> FeasibilityClassifier:
+        """Read what :meth:`save` wrote."""
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as data:
+            max_iter, seed = (int(v) for v in data["params"])
+            out = cls(max_iter, random_state=None if seed < 0 else seed)
+            out.n_features_in_ = int(data["n_features_in"][0])
+            constant = int(data["constant"][0])
+            out.constant_ = None if constant < 0 else bool(constant)
+            out.model_ = TreeEnsemble.from_arrays(data, "model") if (
+                "model.nodes" in data.files) else None  # fmt: skip
+        return out

@@ -22,6 +22,7 @@ factorisation per output). Predictions run in chunks and include the noise.
 from __future__ import annotations
 
 import functools
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from deepflow.errors import ConfigError
-from deepflow.surrogate.base import Array, Surrogate, column_range
+from deepflow.surrogate.base import Array, Surrogate, column_range, read_json
+from deepflow.surrogate.weights import read_state, save_tensors
 
 __all__ = ["ExactGP"]
 
@@ -209,21 +211,25 @@ class ExactGP(Surrogate):
     def _save_state(self, path: Path) -> None:
         import torch
 
-        torch.save(
-            {
-                "train_X": self.train_X_, "train_Y": self.train_Y_,
-                "x_lo": torch.as_tensor(self.x_lo_), "x_span": torch.as_tensor(self.x_span_),
-                "model": self.model_.state_dict(), "kernel": self.kernel,
-                "std_scale": torch.as_tensor(self.std_scale_),
-                "levels": [(column, levels) for column, levels in self.levels_],
-            },
-            path / "weights.pt",
-        )  # fmt: skip
+        tensors = {
+            "train_X": self.train_X_, "train_Y": self.train_Y_,
+            "x_lo": torch.as_tensor(self.x_lo_), "x_span": torch.as_tensor(self.x_span_),
+            "std_scale": torch.as_tensor(self.std_scale_),
+            **{f"model.{k}": v for k, v in self.model_.state_dict().items()},
+            **{f"levels.{column}": levels for column, levels in self.levels_},
+        }  # fmt: skip
+        save_tensors(path, tensors)
+        (path / "state.json").write_text(json.dumps({"kernel": self.kernel}), encoding="utf-8")
 
     def _load_state(self, path: Path) -> None:
-        import torch
-
-        state = torch.load(path / "weights.pt", weights_only=True)
+        state = read_state(path)
+        if "model" not in state:  # safetensors: flat names, the kernel in state.json
+            state["model"] = {k.removeprefix("model."): v for k, v in state.items()
+                              if k.startswith("model.")}  # fmt: skip
+            levels = {int(k.removeprefix("levels.")): v for k, v in state.items()
+                      if k.startswith("levels.")}  # fmt: skip
+            state["levels"] = sorted(levels.items())
+            state["kernel"] = read_json(path / "state.json").get("kernel")
         self.kernel = str(state.get("kernel", "rbf"))  # saved before the kernel was a choice
         if self.kernel not in KERNELS:
             raise ConfigError(f"{path}: unknown GP kernel '{self.kernel}' (corrupted).")

@@ -17,6 +17,7 @@ import numpy as np
 
 from deepflow.errors import ConfigError
 from deepflow.surrogate.base import Array, Surrogate, column_range, standardise
+from deepflow.surrogate.weights import read_state, save_tensors
 
 __all__ = ["MLPEnsemble"]
 
@@ -231,12 +232,10 @@ class MLPEnsemble(Surrogate):
         state = {f"p{i}": t for i, t in enumerate(self.params_)}
         for name in ("x_lo_", "x_span_", "y_mean_", "y_std_", "std_scale_"):
             state[name] = torch.as_tensor(getattr(self, name), dtype=torch.float64)
-        torch.save(state, path / "weights.pt")
+        save_tensors(path, state)
 
     def _load_state(self, path: Path) -> None:
-        import torch
-
-        state = torch.load(path / "weights.pt", weights_only=True)
+        state = read_state(path)
         num = 2 * (self.num_layers + 1)
         self.params_ = [state[f"p{i}"] for i in range(num)]
         for name in ("x_lo_", "x_span_", "y_mean_", "y_std_", "std_scale_"):

@@ -5,8 +5,11 @@ surrogate and the feasibility classifier, so it predicts straight from a DataFra
 columns in the dataset's units. Saved as a folder::
 
     DIR/metadata.json     format, kind, space hash, feature schema, targets, versions, metrics
-    DIR/model/            surrogate.json + weights (torch state_dict or joblib)
-    DIR/feasibility.joblib
+    DIR/model/            surrogate.json + weights.safetensors (torch surrogates) or
+                          trees.npz (gradient boosting)
+    DIR/feasibility.npz   the feasibility classifier's trees
+
+No pickles: loading a folder runs no code from it (:mod:`deepflow.surrogate.weights`).
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from deepflow.surrogate.encoding import FeatureEncoder, TargetTransform
 from deepflow.surrogate.gbt import FeasibilityClassifier
 from deepflow.surrogate.registry import make_surrogate
 
-__all__ = ["DEFAULT_TARGETS", "SURROGATE_FORMAT", "SurrogateModel", "fit_surrogate", "score"]
+__all__ = ["DEFAULT_TARGETS", "SURROGATE_FORMAT", "SurrogateModel", "fit_surrogate", "load",
+           "score"]  # fmt: skip
 
 SURROGATE_FORMAT = 1
+#: The feasibility classifier's trees (numpy, no pickle).
+FEASIBILITY = "feasibility.npz"
 #: Targets fitted when none are named (those the dataset has).
 DEFAULT_TARGETS = ("y_step_time_s", "y_area_mm2", "y_power_W", "y_energy_per_step_J")
 _Z95 = 1.959963984540054
@@ -92,16 +98,31 @@ class SurrogateModel:
         mean, std = self.model.predict(X, return_std=True)
         return np.atleast_2d(mean.T).T, np.atleast_2d(std.T).T
 
-    def predict(self, df: Any, *, level: float = 0.95) -> Any:
+    def predict(self, df: Any, *, return_std: bool = True, level: float = 0.95) -> Any:
         """Predictions in the dataset's units, as a DataFrame.
 
-        Columns per target ``t``: ``t`` (the median: ``exp(mean)`` for log targets),
-        ``t_std`` (for log targets the delta-method ``median × std_log``), ``t_lo`` and
-        ``t_hi`` (the central ``level`` interval); then ``p_feasible`` if a classifier exists.
+        Args:
+            df: a DataFrame with the model's ``x_*`` columns (a dataset from
+                :func:`deepflow.datasets.load`, or designs of your own in the same units).
+            return_std: add the uncertainty columns (``t_std``, ``t_lo``, ``t_hi``).
+            level: the central interval's probability.
+
+        Returns:
+            Columns per target ``t``: ``t`` (the median: ``exp(mean)`` for log targets); with
+            ``return_std``, ``t_std`` (for log targets the delta-method ``median × std_log``),
+            ``t_lo`` and ``t_hi`` (the central ``level`` interval); then ``p_feasible`` if a
+            classifier exists.
+
+        Raises:
+            ConfigError: ``df`` is a dataset of another design space (its
+                ``attrs["deepflow"]["space_sha256"]``), or lacks an input column.
         """
         import pandas as pd
         from scipy.stats import norm
 
+        theirs = str((getattr(df, "attrs", {}) or {}).get("deepflow", {}).get("space_sha256", ""))
+        if theirs and self.space_sha256 and theirs != self.space_sha256:
+            raise ConfigError(_other_space(self.space_sha256, theirs))
         mean, std = self.predict_transformed(df)
         z = float(norm.ppf(0.5 + level / 2))
         t = self.target_transform
@@ -110,6 +131,8 @@ class SurrogateModel:
         out: dict[str, Any] = {}
         for j, name in enumerate(t.names):
             out[name] = median[:, j]
+            if not return_std:
+                continue
             out[f"{name}_std"] = std[:, j] * (np.abs(median[:, j]) if t.log_[j] else 1.0)
             out[f"{name}_lo"] = lo[:, j]
             out[f"{name}_hi"] = hi[:, j]
@@ -119,7 +142,8 @@ class SurrogateModel:
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | Path) -> Path:
-        """Write the folder ``path`` (created if needed); returns it."""
+        """Write the folder ``path`` (created if needed); returns it. Nothing in it is a
+        pickle: JSON, safetensors and numpy ``.npz`` (:mod:`deepflow.surrogate.weights`)."""
 
         p = Path(path)
         if p.exists() and not p.is_dir():
@@ -134,12 +158,11 @@ class SurrogateModel:
         return p
 
     def _save(self, p: Path) -> None:
-        import joblib
 
         p.mkdir(parents=True, exist_ok=True)
         self.model.save(p / "model")
         if self.classifier is not None:
-            joblib.dump(self.classifier, p / "feasibility.joblib")
+            self.classifier.save(p / FEASIBILITY)
         meta = {
             "format": SURROGATE_FORMAT,
             "kind": self.kind,
@@ -165,8 +188,6 @@ class SurrogateModel:
         Raises:
             ConfigError: a missing or corrupted folder, or a different design space.
         """
-        import joblib
-
         p = Path(path)
         meta = read_json(p / "metadata.json")
         if meta.get("format") != SURROGATE_FORMAT:
@@ -176,10 +197,7 @@ class SurrogateModel:
             )
         fitted = str(meta.get("space_sha256", ""))
         if space_sha256 and fitted and space_sha256 != fitted:
-            raise ConfigError(
-                f"{p}: the surrogate was fitted on design space {fitted[:12]}, but the points "
-                f"come from space {space_sha256[:12]}; refit on data from this space."
-            )
+            raise ConfigError(f"{p}: {_other_space(fitted, space_sha256)}")
         try:
             encoder = FeatureEncoder.from_dict(meta["features"])
             transform = TargetTransform.from_dict(meta["target_transform"])
@@ -192,11 +210,18 @@ class SurrogateModel:
             raise ConfigError(f"{p}: the weights do not match metadata.json (corrupted).")
         classifier = None
         if meta.get("has_classifier"):
+            name = FEASIBILITY if (p / FEASIBILITY).is_file() or not (
+                p / "feasibility.joblib").is_file() else "feasibility.joblib"  # fmt: skip
             try:
-                classifier = joblib.load(p / "feasibility.joblib")
-            except Exception as exc:  # a damaged pickle raises many types
+                if name == FEASIBILITY:
+                    classifier = FeasibilityClassifier.load(p / name)
+                else:  # a folder saved before the classifier was arrays
+                    import joblib
+
+                    classifier = joblib.load(p / name)
+            except Exception as exc:  # a damaged file raises many types
                 raise ConfigError(
-                    f"{p}: cannot read feasibility.joblib ({str(exc) or type(exc).__name__}); "
+                    f"{p}: cannot read {name} ({str(exc) or type(exc).__name__}); "
                     "the file is damaged: refit the model."
                 ) from exc
         kept = ("metrics", "fit_seconds", "num_train", "oracle_version", "seed", "variables",
@@ -204,6 +229,42 @@ class SurrogateModel:
         info = {k: v for k, v in meta.items() if k in kept}
         return cls(encoder=encoder, target_transform=transform, model=model,
                    classifier=classifier, space_sha256=fitted, info=info)  # fmt: skip
+
+
+def _other_space(fitted: str, theirs: str) -> str:
+    return (f"the surrogate was fitted on design space {fitted[:12]}, but the points come "
+            f"from space {theirs[:12]}; refit on data from this space.")  # fmt: skip
+
+
+def load(path: str | Path, *, space: Any = None) -> SurrogateModel:
+    """A surrogate saved by ``deepflow fit --out DIR`` (or :meth:`SurrogateModel.save`).
+
+    Args:
+        path: the folder.
+        space: the design space the caller's points come from (a
+            :class:`~deepflow.datasets.DesignSpace`, a space YAML path or preset name); a
+            surrogate fitted on another space is refused. Without it, ``predict`` still
+            refuses a dataset whose metadata names another space.
+
+    Returns:
+        The :class:`SurrogateModel`; ``predict(df, return_std=True)`` gives the medians,
+        standard deviations and 95 % intervals of its targets and ``p_feasible``.
+
+    Raises:
+        ConfigError: a missing, damaged or unsupported folder, or another design space.
+
+    Example:
+        >>> import deepflow.surrogate as ds                                 # doctest: +SKIP
+        >>> from deepflow.datasets import load as load_data
+        >>> model = ds.load("llm-mlp", space="llm-pathfinding")
+        >>> model.predict(load_data("points.parquet"), return_std=True)
+    """
+    sha = None
+    if space is not None:
+        from deepflow.datasets.space import DesignSpace, load_space
+
+        sha = (space if isinstance(space, DesignSpace) else load_space(space)).sha256
+    return SurrogateModel.load(path, space_sha256=sha)
 
 
 # ------------------------------------------------------------------------------- scoring

@@ -17,6 +17,7 @@ import numpy as np
 
 from deepflow.errors import ConfigError
 from deepflow.surrogate.base import Array, Surrogate, column_range, standardise
+from deepflow.surrogate.weights import read_state, save_tensors
 
 __all__ = ["SVGP"]
 
@@ -188,12 +189,10 @@ class SVGP(Surrogate):
         for j, s in enumerate(self.states_):
             state.update({f"m{j}.{k}": v for k, v in s["model"].items()})
             state.update({f"l{j}.{k}": v for k, v in s["lik"].items()})
-        torch.save(state, path / "weights.pt")
+        save_tensors(path, state)
 
     def _load_state(self, path: Path) -> None:
-        import torch
-
-        state = torch.load(path / "weights.pt", weights_only=True)
+        state = read_state(path)
         self.x_lo_, self.x_span_ = state["x_lo"].numpy(), state["x_span"].numpy()
         self.y_mean_, self.y_std_ = state["y_mean"].numpy(), state["y_std"].numpy()
         self.n_inducing_ = int(state["n_inducing"])

@@ -173,7 +173,9 @@ def test_load_round_trip_and_arrays(design_file: Path, tmp_path: Path) -> None:
 def test_load_rejects_files_that_are_not_datasets(tmp_path: Path) -> None:
     plain = tmp_path / "plain.parquet"
     pd.DataFrame({"a": [1, 2]}).to_parquet(plain)
-    lacks = rf"^{plain}: not a deepflow dataset: file metadata lacks deepflow.space_yaml\.$"
+    lacks = (rf"^{plain}: not a deepflow dataset: file metadata lacks deepflow.space_yaml and "
+             r"plain.parquet.space.yaml is not next to it; give the design space \(--space "
+             r"FILE: the sidecar of the original file or the space YAML\)\.$")  # fmt: skip
     with pytest.raises(ConfigError, match=lacks):
         load(plain)
     text = tmp_path / "t.parquet"

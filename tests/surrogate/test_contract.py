@@ -114,7 +114,7 @@ def test_load_missing_or_corrupted(tmp_path: Path) -> None:
         Surrogate.load(tmp_path / "m")
     X, Y = smooth_problem()
     FACTORIES["mlp"]().fit(X, Y).save(tmp_path / "m")
-    (tmp_path / "m" / "weights.pt").write_bytes(b"garbage")
+    (tmp_path / "m" / "weights.safetensors").write_bytes(b"garbage")
     with pytest.raises(ConfigError, match="cannot read the surrogate's weights"):
         Surrogate.load(tmp_path / "m")
 

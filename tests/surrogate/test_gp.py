@@ -122,9 +122,15 @@ def test_loads_a_gp_saved_before_kernels_and_indicators(tmp_path: Path) -> None:
     X, Y = smooth_problem()
     model = ExactGP(max_iter=5, kernel="rbf", one_hot_levels=0).fit(X, Y)
     model.save(tmp_path / "m")
-    weights = torch.load(tmp_path / "m" / "weights.pt", weights_only=True)
-    del weights["kernel"], weights["levels"], weights["std_scale"]
-    torch.save(weights, tmp_path / "m" / "weights.pt")
+    from safetensors.torch import load_file
+
+    tensors = load_file(tmp_path / "m" / "weights.safetensors")
+    weights = {k: tensors[k] for k in ("train_X", "train_Y", "x_lo", "x_span")}
+    weights["model"] = {k.removeprefix("model."): v for k, v in tensors.items()
+                        if k.startswith("model.")}  # fmt: skip
+    torch.save(weights, tmp_path / "m" / "weights.pt")  # the format before safetensors
+    (tmp_path / "m" / "weights.safetensors").unlink()
+    (tmp_path / "m" / "state.json").unlink()
     meta = json.loads((tmp_path / "m" / "surrogate.json").read_text())
     del meta["params"]["kernel"], meta["params"]["one_hot_levels"]
     (tmp_path / "m" / "surrogate.json").write_text(json.dumps(meta))

@@ -68,7 +68,7 @@ def test_load_corrupted(mapping_data: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"metadata.json: corrupted"):
         SurrogateModel.load(tmp_path / "bad_json")
     shutil.copytree(tmp_path / "m", tmp_path / "no_weights")
-    (tmp_path / "no_weights" / "model" / "weights.joblib").unlink()
+    (tmp_path / "no_weights" / "model" / "trees.npz").unlink()
     with pytest.raises(ConfigError, match="cannot read the surrogate's weights"):
         SurrogateModel.load(tmp_path / "no_weights")
     shutil.copytree(tmp_path / "m", tmp_path / "old")
