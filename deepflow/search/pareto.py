@@ -35,16 +35,25 @@ def pareto_mask(points: F, feasible: NDArray[np.bool_] | None = None) -> NDArray
 
 
 def _non_dominated(pts: F) -> NDArray[np.bool_]:
-    """Rows no other row dominates (>= in every coordinate, > in one); blocks of rows at a
-    time bound the (block, n, k) comparison to about 32 MiB."""
-    n, k = pts.shape
-    out = np.empty(n, dtype=bool)
-    block = max(1, (1 << 25) // max(1, n * k))
-    for start in range(0, n, block):
-        b = pts[start : start + block, None, :]
-        beats: NDArray[np.bool_] = np.all(pts[None] >= b, axis=2) & np.any(pts[None] > b, axis=2)
-        dominated = np.any(beats, axis=1)
-        out[start : start + block] = ~dominated
+    """Rows no other row dominates (>= in every coordinate, > in one).
+
+    In descending lexicographic order a row can only be dominated by an earlier one, and
+    dominance is transitive, so each row is checked against the non-dominated rows met so
+    far: O(n · front) instead of O(n²).
+    """
+    n = len(pts)
+    out = np.zeros(n, dtype=bool)
+    order = np.lexsort(-pts.T[::-1])  # first coordinate descending, then the next, ...
+    front = np.empty_like(pts)
+    size = 0
+    for i in order:
+        p = pts[i]
+        f = front[:size]
+        if size and bool(np.any(np.all(f >= p, axis=1) & np.any(f > p, axis=1))):
+            continue
+        front[size] = p
+        size += 1
+        out[i] = True
     return out
 
 
