@@ -117,7 +117,26 @@ def compute_chunk(job: _Job, index: int, start: int, stop: int,
     """
     _reuse_freed_memory()
     space = _worker_space(job.text, job.file, job.base_dir, job.config_path)
+    _check_worker_oracle(job)
     return index, table_bytes(_label_chunk(space, job, start, stop, u), temporary=True)
+
+
+def _check_worker_oracle(job: _Job) -> None:
+    """A worker must label with the driver's oracle (sources and calibration files): a node
+    with another deepflow would mix two oracles in one dataset.
+
+    Raises:
+        DeepflowError: names the worker's host and both versions.
+    """
+    here = oracle_version()
+    if here != job.oracle_version:
+        import socket
+
+        raise DeepflowError(
+            f"a worker on {socket.gethostname()} runs oracle {here}, the driver "
+            f"{job.oracle_version}; install the same deepflow and calibration files on every "
+            "node (DEEPFLOW_CONFIG_PATH as on the driver)."
+        )
 
 
 def _warm_up(job: _Job) -> None:
@@ -211,16 +230,35 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
         raise ConfigError(
             "--backend ray needs Ray: install the dist extra (pip install -e '.[dist]')."
         ) from exc
-    if address is not None:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        if address is not None:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    except ValueError as exc:
+        if "existing cluster" not in str(exc):
+            raise
+        raise ConfigError(
+            "--backend ray: a Ray cluster is already running on this machine; join it with "
+            "--address auto (its nodes need this deepflow installed), or stop it (ray stop) "
+            "to sample on a private one."
+        ) from None
+    except ConnectionError as exc:
+        raise ConfigError(
+            f"--address {address}: no Ray cluster answers there ({str(exc).splitlines()[0]})."
+        ) from None
     try:
         remote = ray.remote(num_cpus=1)(compute_chunk)
         pending = [remote.remote(job, *c) for c in chunks]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            yield *ray.get(done[0]), None
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:  # the worker's own error, one line
+                if isinstance(exc.cause, DeepflowError):
+                    raise DeepflowError(str(exc.cause)) from None
+                raise
+            yield *result, None
     finally:
         ray.shutdown()
 
@@ -421,7 +459,11 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
         else _run_ray(job, pending, workers, address) if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
-    with _Assembly(loaded, parts, chunks, schema, params) as assembly, _closing(results):
+    with (
+        _forget_if_nothing_done(parts, done),
+        _Assembly(loaded, parts, chunks, schema, params) as assembly,
+        _closing(results),
+    ):
         assembly.append_ready(done)
         for index, data, table in results:
             footer = pq.read_metadata(pa.BufferReader(data))
@@ -440,6 +482,18 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
     return SampleResult(path=out_path, num_rows=num_samples, num_feasible=feasible,
                         num_chunks=len(chunks), resumed_rows=resumed,
                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _forget_if_nothing_done(parts: Path, done: dict[str, Any]) -> Iterator[None]:
+    """A run that fails before any chunk is recorded leaves no parts folder (it would block
+    the next run and holds nothing to resume)."""
+    try:
+        yield
+    except BaseException:
+        if not done:
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager
