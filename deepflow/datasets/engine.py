@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -121,6 +121,35 @@ def compute_chunk(job: _Job, index: int, start: int, stop: int,
     return index, table_bytes(_label_chunk(space, job, start, stop, u), temporary=True)
 
 
+def compute_chunk_to(job: _Job, index: int, start: int, stop: int,
+                     parts: str) -> tuple[int, int, str]:  # fmt: skip
+    """Ray worker entry point: compute a chunk and write it into the parts folder ``parts``
+    itself (through ``pyarrow.fs``: a temporary name, then a move), so that no row travels
+    through the driver. Returns (index, rows, SHA-256 of the file) for the manifest.
+    """
+    import socket
+
+    from pyarrow import fs
+
+    _reuse_freed_memory()
+    space = _worker_space(job.text, job.file, job.base_dir, job.config_path)
+    _check_worker_oracle(job)
+    data = table_bytes(_label_chunk(space, job, start, stop, None), temporary=True)
+    filesystem, folder = fs.FileSystem.from_uri(parts) if "://" in parts else (
+        fs.LocalFileSystem(), parts)  # fmt: skip
+    final = _chunk_path(Path(folder), index)
+    tmp = final.with_name(f".{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    try:
+        with filesystem.open_output_stream(tmp.as_posix()) as fh:
+            fh.write(data)
+        filesystem.move(tmp.as_posix(), final.as_posix())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            filesystem.delete_file(tmp.as_posix())
+        raise
+    return index, stop - start, hashlib.sha256(data).hexdigest()
+
+
 def _check_worker_oracle(job: _Job) -> None:
     """A worker must label with the driver's oracle (sources and calibration files): a node
     with another deepflow would mix two oracles in one dataset.
@@ -189,8 +218,9 @@ def _reuse_freed_memory() -> None:
 
 # ------------------------------------------------------------------------------ backends
 Chunk = tuple[int, int, int]
-#: A finished chunk: its index, its Parquet bytes and, when computed in this process, its table.
-Result = tuple[int, bytes, pa.Table | None]
+#: A finished chunk: its index, its Parquet bytes and, when computed in this process, its table;
+#: or, when a worker wrote the part file itself, (index, None, (rows, SHA-256)).
+Result = tuple[int, bytes | None, pa.Table | tuple[int, str] | None]
 
 
 def _run_local(job: _Job, chunks: list[Chunk], workers: int,
@@ -219,8 +249,8 @@ def _run_local(job: _Job, chunks: list[Chunk], workers: int,
             yield *result, None
 
 
-def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
-             address: str | None) -> Iterator[Result]:  # fmt: skip
+def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
+             parts: Path) -> Iterator[Result]:  # fmt: skip
     if address is None:
         # Ray 2.60 turns on token authentication by default; a private local cluster needs none.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -248,8 +278,9 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
             f"--address {address}: no Ray cluster answers there ({str(exc).splitlines()[0]})."
         ) from None
     try:
-        remote = ray.remote(num_cpus=1)(compute_chunk)
-        pending = [remote.remote(job, *c) for c in chunks]
+        remote = ray.remote(num_cpus=1)(compute_chunk_to)
+        folder = str(parts.resolve())
+        pending = [remote.remote(job, *c, folder) for c in chunks]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             try:
@@ -258,7 +289,8 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
                 if isinstance(exc.cause, DeepflowError):
                     raise DeepflowError(str(exc.cause)) from None
                 raise
-            yield *result, None
+            index, rows, sha = result
+            yield index, None, (rows, sha)
     finally:
         ray.shutdown()
 
@@ -456,7 +488,7 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
     workers = min(workers, max(len(pending), 1))
     results: Iterable[Result] = (
         () if not pending
-        else _run_ray(job, pending, workers, address) if backend == "ray"
+        else _run_ray(job, pending, workers, address, parts) if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
     with (
@@ -465,15 +497,24 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
         _closing(results),
     ):
         assembly.append_ready(done)
-        for index, data, table in results:
-            footer = pq.read_metadata(pa.BufferReader(data))
+        for index, data, extra in results:
+            if data is None:  # a worker wrote the part file itself
+                rows, sha = cast(tuple[int, str], extra)
+                footer = pq.read_metadata(_chunk_path(parts, index))
+                if footer.num_rows != rows:
+                    raise DeepflowError(f"chunk {index}: the part file holds {footer.num_rows} "
+                                        f"rows; its worker wrote {rows}.")  # fmt: skip
+            else:
+                footer = pq.read_metadata(pa.BufferReader(data))
+                sha = hashlib.sha256(data).hexdigest()
             if not footer.schema.to_arrow_schema().equals(schema):
                 raise DeepflowError(f"chunk {index}: columns differ from the space's schema.")
-            write_atomic(_chunk_path(parts, index), data)
-            done[str(index)] = {"rows": footer.num_rows,
-                                "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+            if data is not None:
+                write_atomic(_chunk_path(parts, index), data)
+            done[str(index)] = {"rows": footer.num_rows, "sha256": sha}
             _write_manifest(parts, params, done)
-            assembly.append_ready(done, index, table if table is not None else data)
+            assembly.append_ready(done, index, extra if isinstance(extra, pa.Table) else (
+                data or b""))  # fmt: skip
             rows_done += footer.num_rows
             if progress is not None:
                 progress(rows_done, num_samples)
@@ -580,7 +621,8 @@ class _Assembly:
             if k == index and isinstance(data, pa.Table):
                 table = data
             else:  # (ParquetFile.read: read_table would import pandas for its metadata)
-                source = pa.BufferReader(data) if k == index else _chunk_path(self._parts, k)
+                held = k == index and isinstance(data, bytes) and data
+                source = pa.BufferReader(data) if held else _chunk_path(self._parts, k)
                 table = pq.ParquetFile(source).read()
             if not table.schema.equals(self._schema):
                 raise DeepflowError(f"chunk {k}: columns differ from the space's schema.")

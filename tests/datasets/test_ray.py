@@ -1,4 +1,5 @@
-"""Ray start-up failures are one line, and leave no parts folder behind."""
+"""The Ray backend: workers write their part files; start-up failures are one line and leave
+no parts folder behind."""
 
 from __future__ import annotations
 
@@ -59,3 +60,27 @@ def test_an_address_where_no_cluster_answers(ray_init: Any, tmp_path: Path) -> N
     )
     assert not re.search(r"Traceback", result.output)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_ray_workers_write_the_parts_and_the_file_is_the_local_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[dist]')")
+    import deepflow.datasets.engine as engine
+    from deepflow.datasets import sample
+
+    written: list[str] = []
+    real = engine.write_atomic
+
+    def spy(path: Path, data: bytes) -> None:
+        written.append(Path(path).name)
+        real(path, data)
+
+    monkeypatch.setattr(engine, "write_atomic", spy)
+    sample(SPACE, num_samples=300, out=tmp_path / "l.parquet", workers=1, chunk_size=64)
+    assert sum(name.startswith("chunk-") for name in written) == 5  # the driver wrote them
+    written.clear()
+    sample(SPACE, num_samples=300, out=tmp_path / "r.parquet", backend="ray", workers=2,
+           chunk_size=64)  # fmt: skip
+    assert written and not any(name.startswith("chunk-") for name in written), written
+    assert (tmp_path / "l.parquet").read_bytes() == (tmp_path / "r.parquet").read_bytes()
+    assert not (tmp_path / "r.parquet.parts").exists()
