@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -32,10 +33,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from deepflow.config.loader import load_scenario, scenario_from_mapping
+from deepflow.config.loader import load_device, load_scenario, scenario_from_mapping
 from deepflow.datasets import DesignSpace, oracle_version, space_from_text
 from deepflow.datasets.label import cube_rows, label_points
 from deepflow.oracle.evaluate import evaluate_one
+from deepflow.oracle.hardware import derive, design_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "configs" / "spaces"
@@ -266,6 +268,10 @@ def node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
 
 
 # ----------------------------------------------------------------------------- case 2
+#: The wafer-scale and board links compared both ways in case 2a (configs/technologies/).
+WAFER_LINK, PCB_LINK = "siif-2020", "crossflow-pcb"
+
+
 def _lstm_reference(system: Mapping[str, Any]) -> float:
     """Step time of the paper's wafer scenario with ``system`` keys replaced."""
     raw = {
@@ -301,14 +307,26 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
     print(f"\nreferences: paper's wafer preset (345 GB/s mesh) {wafer:.3f} s; 20 separate "
           f"packages on a board (51.6 GB/s PCB scale-out, fat tree) {board:.3f} s; compute "
           f"+ weight update alone {float(lstm['y_step_time_s'].min()):.3f} s at best")  # fmt: skip
+    by_link = {r["link"]: r for r in rows}
+    rows = []
+    for p in lstm_powers:
+        wafer_s, pcb_s = by_link[WAFER_LINK][f"{p:g} W"], by_link[PCB_LINK][f"{p:g} W"]
+        rows.append({
+            "link power": f"{p:g} W", f"{WAFER_LINK} (s)": wafer_s, f"{PCB_LINK} (s)": pcb_s,
+            "PCB / wafer": pcb_s / wafer_s, "wafer / PCB": wafer_s / pcb_s,
+            "faster": "wafer (Si-IF)" if wafer_s < pcb_s else "PCB" if pcb_s < wafer_s else "tie",
+        })  # fmt: skip
+    print_table(f"Case 2a': wafer-scale ({WAFER_LINK}, Pal & Gupta SLIP 2020 parameters) vs "
+                f"PCB SerDes ({PCB_LINK}), both directions", rows)  # fmt: skip
 
     # GPT-3: best mapping per (link, power).
     llm_raw = read_space_yaml("case-packaging-llm")
     llm_powers = list(llm_raw["variables"]["power_scale_up_W"]["choices"])
+    llm_links = list(llm_raw["variables"]["scale_up_link"]["choices"])
     llm: dict[tuple[str, float], pd.Series] = {}
     small = Size(max(size.num_samples // 4, 16), size.rounds, size.parents // 2 or 1,
                  size.children // 2 or 1)  # fmt: skip
-    for link in links:
+    for link in llm_links:
         for p in llm_powers:
             space = variant(
                 "case-packaging-llm",
@@ -318,7 +336,7 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
             u, df = optimise(space, small, seed=seed)
             llm[(link, p)] = best(u, df)[1]
     rows = []
-    for link in links:
+    for link in llm_links:
         row = {"link": link}
         for p in llm_powers:
             b = llm[(link, p)]
@@ -329,12 +347,15 @@ def packaging(size: Size, out_dir: Path, seed: int) -> Path:
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"]
-    for link, c in zip(links, colours, strict=False):
+    colours = dict(zip(links, ["#4e79a7", "#f28e2b", "#b07aa1", "#59a14f", "#e15759", "#bab0ac"],
+                       strict=False))  # fmt: skip
+    for link in links:
         sel = lstm[lstm["x_scale_up_link"] == link].sort_values("x_power_scale_up_W")
-        axes[0].plot(sel["x_power_scale_up_W"], sel["y_step_time_s"], "o-", color=c, label=link)
+        axes[0].plot(sel["x_power_scale_up_W"], sel["y_step_time_s"], "o-", color=colours[link],
+                     label=link)  # fmt: skip
+    for link in llm_links:
         axes[1].plot(llm_powers, [llm[(link, p)]["y_step_time_s"] for p in llm_powers], "o-",
-                     color=c, label=link)  # fmt: skip
+                     color=colours.get(link, "#76b7b2"), label=link)  # fmt: skip
     axes[0].axhline(wafer, ls="--", color="grey", lw=1)
     axes[0].text(lstm_powers[0], wafer, "paper wafer preset (345 GB/s)", fontsize=7, va="bottom")
     axes[0].axhline(board, ls=":", color="black", lw=1)
@@ -446,11 +467,323 @@ def parallelism(size: Size, out_dir: Path, seed: int) -> Path:
     return _save(fig, out_dir / "case-parallelism.png")
 
 
+# ----------------------------------------------------------------------------- paper setups
+#: The original code's committed node-scaling outputs (nanocad-lab/DeepFlow at commit e8fc755,
+#: case_study/perf_model/{v100-energy_per_flop, energy_per_flop_inter_bw_{159,384,1395}GB}/
+#: <strategy>/<node>/summary.txt): per device-to-device bandwidth (GB/s) and node (nm), the
+#: fastest strategy whose model shard fits memory ("Memory Overflow Rate ... Per Model Shard"
+#: <= 1, as case_study/perf_model/collect_flop.py reads them) and its "Time" (s). RC_N64_k1_k16_d4
+#: = RC kernel parallelism kp1 = 1 x kp2 = 16, data parallel 4 on 64 devices.
+PAPER_NODE_SCALING: dict[int, dict[int, tuple[str, float] | None]] = {
+    48: {14: ("RC_N64_k1_k16_d4", 41.31364232), 10: ("RC_N64_k1_k16_d4", 40.09567094),
+         7: ("RC_N64_k1_k16_d4", 39.4028289), 5: ("RC_N64_k1_k16_d4", 39.23952471),
+         3: ("RC_N64_k1_k16_d4", 38.95884218), 2: ("RC_N64_k1_k16_d4", 38.8883252),
+         1: ("RC_N64_k1_k16_d4", 38.83507607)},
+    159: {14: None, 10: ("RC_N64_k1_k32_d2", 15.25583629), 7: ("RC_N64_k1_k32_d2", 15.3348847),
+          5: ("RC_N64_k1_k16_d4", 12.46312026), 3: ("RC_N64_k1_k16_d4", 12.08313985),
+          2: ("RC_N64_k1_k16_d4", 11.90792513), 1: ("RC_N64_k1_k16_d4", 11.86060185)},
+    384: {14: ("RC_N64_k1_k16_d4", 7.56427504), 10: ("RC_N64_k1_k16_d4", 6.34630366),
+          7: ("RC_N64_k1_k16_d4", 6.42176097), 5: ("RC_N64_k1_k16_d4", 5.69418316),
+          3: ("RC_N64_k1_k16_d4", 5.3141729), 2: ("RC_N64_k1_k16_d4", 5.17100967),
+          1: ("RC_N64_k1_k16_d4", 5.10105243)},
+    1395: {14: ("RC_N64_k1_k16_d4", 4.07101292), 10: ("RC_N64_k1_k16_d4", 2.85304155),
+           7: ("RC_N64_k1_k16_d4", 2.16019951), 5: ("RC_N64_k1_k16_d4", 1.99689531),
+           3: ("RC_N64_k1_k16_d4", 1.71621279), 2: ("RC_N64_k1_k16_d4", 1.6456958),
+           1: ("RC_N64_k1_k16_d4", 1.59244668)},
+}  # fmt: skip
+#: The original's node labels and the scaling steps from its V100 technology (14 = the V100
+#: itself; one step per label: 10, 7, 5, 3, 2, 1 nm; docs/model.md §A1.5, §B3.7).
+PAPER_NODES = (14, 10, 7, 5, 3, 2, 1)
+
+
+def _paper_strategies(devices: int = 64) -> list[tuple[str, int, int, int]]:
+    """The original's strategies: RC (kp1, kp2, dp) and CR (kp, dp) over powers of two."""
+    powers = [2**i for i in range(int(np.log2(devices)) + 1)]
+    out = [
+        ("RC", a, b, devices // (a * b)) for a in powers for b in powers if devices % (a * b) == 0
+    ]
+    out += [("CR", a, 1, devices // a) for a in powers]
+    return out
+
+
+def _paper_scenario(node: int, bandwidth_GBps: float) -> Any:
+    """64 V100-class designs (configs/devices/v100-crossflow.yaml) at the original's node label,
+    one per package, joined at ``bandwidth_GBps`` per device (the device's own scale-out link
+    switched off so that the network's bandwidth applies), the paper's LSTM LM, batch 512."""
+    steps = PAPER_NODES.index(node)
+    technology = {"kind": "logic", "description": f"V100 technology, {steps} scaling steps",
+                  "scale_from": {"base": "crossflow-12nm", "steps": steps},
+                  "process_node_nm": max(node, 1)} if steps else "crossflow-12nm"  # fmt: skip
+    raw = {
+        "system": {
+            "device": {"base": "v100-crossflow", "technology": technology,
+                       "area_mm2": {"scale_out": 0.0}, "power_W": {"scale_out": 0.0},
+                       "perimeter_fraction": {"scale_out": 0.0}},
+            "network": {"description": "64 packages on a board (the original's 'hic')",
+                        "scale_up": {"topology": "switch", "domain_size": 1,
+                                     "bandwidth_GBps": bandwidth_GBps, "latency_us": 5.0},
+                        "scale_out": {"topology": "fat-tree", "bandwidth_GBps": bandwidth_GBps,
+                                      "latency_us": 5.0}},
+            "devices_per_node": 1, "num_nodes": 64,
+        },
+        "workload": {"model": "lstm-lm-paper", "global_batch_size": 512, "precision": "fp16"},
+        "mapping": {"tensor_parallel": 16, "kernel_partition": "rc", "kernel_parallel_dim2": 16,
+                    "data_parallel": 4},
+    }  # fmt: skip
+    return scenario_from_mapping(raw, file="<paper node scaling>", base_dir=ROOT / "configs")
+
+
+def paper_node_scaling(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's node-scaling study like for like: 64 V100-class devices, the paper's LSTM,
+    nodes 14 -> 1 nm by the original's scaling rule, at 48 / 159 / 384 / 1,395 GB/s per
+    device, every RC/CR strategy; side by side with the original's committed outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    cols = _paper_strategy_columns(strategies)
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    ours: dict[int, dict[int, tuple[str, float] | None]] = {}
+    fits: dict[int, int] = {}
+    same: dict[tuple[int, int], dict[str, float]] = {}
+    for bw in PAPER_NODE_SCALING:
+        ours[bw] = {}
+        for node in PAPER_NODES:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)
+                t = evaluate_table(_paper_scenario(node, bw), cols)
+            # deepflow's LSTM keeps the 16e9-parameter embedding whole on every device (61-143
+            # GiB against 16 GiB), so no strategy fits memory; like the paper's wafer run, the
+            # step time is still compared (the original counts a per-model-shard fit).
+            fits[bw] = fits.get(bw, 0) + int(np.sum(t["feasible"]))
+            i = int(np.argmin(t["step_time_s"]))
+            ours[bw][node] = (names[i], float(t["step_time_s"][i]))
+            same[(bw, node)] = {n: float(v) for n, v in zip(names, t["step_time_s"], strict=True)}
+    for bw in PAPER_NODE_SCALING:
+        orig, mine = PAPER_NODE_SCALING[bw], ours[bw]
+        rows = []
+        for node in PAPER_NODES:
+            o, m = orig[node], mine[node]
+            rows.append({
+                "node (nm)": node,
+                "original best (s)": o[1] if o else "none fits",
+                "original strategy": o[0] if o else "–",
+                "deepflow best (s)": m[1] if m else "none fits",
+                "deepflow strategy": m[0] if m else "–",
+                "deepflow / original": m[1] / o[1] if o and m else "–",
+                "deepflow at the original's strategy (s)": same[(bw, node)][o[0]] if o else "–",
+            })  # fmt: skip
+        print_table(f"Paper node scaling at {bw} GB/s per device (64 devices, paper LSTM; "
+                    f"deepflow designs fitting memory: {fits[bw]} of "
+                    f"{len(PAPER_NODES) * len(strategies)})", rows)  # fmt: skip
+    rows = []
+    for bw in PAPER_NODE_SCALING:
+        orig, mine = PAPER_NODE_SCALING[bw], ours[bw]
+        first_o = next(orig[n] for n in PAPER_NODES if orig[n])
+        first_m = next(mine[n] for n in PAPER_NODES if mine[n])
+        last_o, last_m = orig[1], mine[1]
+        rows.append({
+            "GB/s": bw,
+            "original speed-up to 1 nm": first_o[1] / last_o[1] if last_o else "–",
+            "deepflow speed-up to 1 nm": first_m[1] / last_m[1] if last_m else "–",
+            "same direction": "yes" if last_o and last_m and (first_o[1] > last_o[1]) == (
+                first_m[1] > last_m[1]) else "no",
+        })  # fmt: skip
+    print_table("Paper node scaling: speed-up from the oldest fitting node to 1 nm", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for bw, c in zip(PAPER_NODE_SCALING, ["#4e79a7", "#f28e2b", "#59a14f", "#e15759"],
+                     strict=True):  # fmt: skip
+        for data, style, who in ((PAPER_NODE_SCALING[bw], "--", "original"),
+                                 (ours[bw], "-", "deepflow")):  # fmt: skip
+            xs = [n for n in PAPER_NODES if data[n]]
+            ax.plot(xs, [data[n][1] for n in xs], style, marker="o", color=c,  # type: ignore[index]
+                    label=f"{bw} GB/s {who}")  # fmt: skip
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_yscale("log")
+    ax.set_xlabel("node (nm, the original's labels)", fontsize=8)
+    ax.set_ylabel("best step time (s)", fontsize=8)
+    ax.legend(fontsize=6, ncol=2)
+    return _save(fig, out_dir / "case-paper-node-scaling.png")
+
+
+#: The original's interconnect-energy sweep (nanocad-lab/DeepFlow e8fc755,
+#: case_study/perf_model/energy_per_xbit/<strategy>/<index>/): per index the inter-node link's
+#: energy per bit (J) and area per wire (mm²) from its exp_config.yaml, the derived inter-node
+#: bandwidth (GB/s) and the fastest fitting strategy with its "Time" (s) from summary.txt, read
+#: as case_study/perf_model/collect_xbit.py reads them. 64 V100s (815 mm², 300 W) on a board.
+PAPER_XBIT: dict[int, tuple[float, float, float, str, float]] = {
+    1: (1.3e-11, 0.045, 48.1, "RC_N64_k1_k16_d4", 41.31364232),
+    2: (6.5e-12, 0.03375, 96.1, "RC_N64_k1_k16_d4", 22.02828959),
+    3: (3.25e-12, 0.025312499999999998, 192.2, "RC_N64_k1_k16_d4", 12.38561322),
+    4: (1.625e-12, 0.018984374999999998, 384.5, "RC_N64_k1_k16_d4", 7.56427504),
+    5: (8.125e-13, 0.01423828125, 769.0, "RC_N64_k1_k16_d4", 5.15360595),
+    6: (4.0625e-13, 0.010678710937499999, 1395.8, "RC_N64_k1_k16_d4", 4.07101292),
+    7: (2.03125e-13, 0.008009033203125, 1996.1, "RC_N64_k4_k16_d1", 3.66966011),
+    8: (1.015625e-13, 0.0060067749023437495, 2791.3, "RC_N64_k4_k16_d1", 3.3992654),
+    9: (5.078125e-14, 0.004505081176757813, 3829.3, "RC_N64_k4_k16_d1", 3.21526214),
+    10: (2.5390625e-14, 0.0033788108825683594, 5169.8, "RC_N64_k4_k16_d1", 3.08696317),
+    11: (1.26953125e-14, 0.0025341081619262695, 6887.6, "RC_N64_k4_k16_d1", 2.99555993),
+    12: (6.34765625e-15, 0.001900581121444702, 9076.8, "RC_N64_k4_k16_d1", 2.92921475),
+    13: (3.173828125e-15, 0.0014254358410835265, 11856.0, "RC_N64_k4_k16_d1", 2.88028291),
+    14: (1.5869140625e-15, 0.001069076880812645, 15375.2, "RC_N64_k4_k16_d1", 2.8437043),
+    15: (7.9345703125e-16, 0.0008018076606094836, 19823.8, "RC_N64_k4_k16_d1", 2.81605083),
+    16: (3.96728515625e-16, 0.0006013557454571127, 25440.6, "RC_N64_k4_k16_d1", 2.79494927),
+    17: (1.983642578125e-16, 0.00045101680909283455, 32527.2, "RC_N64_k4_k16_d1", 2.77872378),
+    18: (9.918212890625e-17, 0.00033826260681962594, 41463.6, "RC_N64_k4_k16_d1", 2.76616962),
+    19: (4.9591064453125e-17, 0.00025369695511471944, 52729.1, "RC_N64_k4_k16_d1", 2.75640684),
+}
+
+
+def _paper_strategy_columns(strategies: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+    from deepflow.config.mapping import KNOB
+
+    return {
+        "tensor_parallel": np.array([a * b for _, a, b, _ in strategies], dtype=float),
+        "kernel_parallel_dim2": np.array([b if t == "RC" else 1 for t, _, b, _ in strategies],
+                                         dtype=float),
+        "data_parallel": np.array([d for *_, d in strategies], dtype=float),
+        "pipeline_parallel": np.ones(len(strategies)),
+        "kernel_partition": np.array([KNOB["kernel_partition"].encode(t.lower())
+                                      for t, *_ in strategies], dtype=float),
+    }  # fmt: skip
+
+
+def paper_interconnect_energy(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's interconnect-energy sweep like for like: 64 V100-class devices on a board
+    whose PCB link (configs/technologies/crossflow-pcb.yaml, the V100's 81.5 mm², 2.805 W and
+    half the die edge) takes the original's 19 (energy per bit, area per wire) points; every
+    RC/CR strategy; side by side with the original's committed outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    base = _paper_scenario(14, 48.1)
+    v100 = load_device("v100-crossflow")  # the V100 with its own PCB scale-out link
+    scenario = dataclasses.replace(base, system=dataclasses.replace(base.system, device=v100))
+    n = len(strategies)
+    rows = []
+    for index, (e_bit, area, bw, strategy, seconds) in PAPER_XBIT.items():
+        cols = _paper_strategy_columns(strategies) | {
+            "scale_out_energy_per_bit_J": np.full(n, e_bit),
+            "scale_out_area_per_wire_mm2": np.full(n, area),
+        }
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t = evaluate_table(scenario, cols)
+        i = int(np.argmin(t["step_time_s"]))
+        caps = derive(design_table([scenario.system.device]) | {
+            "scale_out_energy_per_bit_J": np.array([e_bit]),
+            "scale_out_area_per_wire_mm2": np.array([area])})  # fmt: skip
+        rows.append({
+            "index": index, "pJ/bit": e_bit * 1e12,
+            "original GB/s": bw, "deepflow GB/s": float(caps["scale_out_bandwidth_Bps"][0]) / 1e9,
+            "original best (s)": seconds, "original strategy": strategy,
+            "deepflow best (s)": float(t["step_time_s"][i]), "deepflow strategy": names[i],
+            "deepflow at the original's strategy (s)":
+                float(t["step_time_s"][names.index(strategy)]),
+        })  # fmt: skip
+    print_table("Paper interconnect energy per bit (64 V100-class devices on a board, paper LSTM)",
+                rows)  # fmt: skip
+    first, last = rows[0], rows[-1]
+    print(
+        f"\nspeed-up from 13 pJ/bit to {last['pJ/bit']:.2g} pJ/bit: original "
+        f"{first['original best (s)'] / last['original best (s)']:.3g}x, deepflow "
+        f"{first['deepflow best (s)'] / last['deepflow best (s)']:.3g}x"
+    )
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    e = [r["pJ/bit"] for r in rows]
+    ax.plot(e, [r["original best (s)"] for r in rows], "o--", label="original (best)")
+    ax.plot(e, [r["deepflow best (s)"] for r in rows], "o-", label="deepflow (best)")
+    ax.plot(e, [r["deepflow at the original's strategy (s)"] for r in rows], "s:",
+            label="deepflow at the original's strategy")  # fmt: skip
+    ax.set_xscale("log")
+    ax.invert_xaxis()
+    ax.set_yscale("log")
+    ax.set_xlabel("scale-out link energy per bit (pJ)", fontsize=8)
+    ax.set_ylabel("step time (s)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-paper-interconnect-energy.png")
+
+
+#: The original's HBM-generation sweep (nanocad-lab/DeepFlow e8fc755,
+#: case_study/perf_model/energy_per_membit/<strategy>/<variant>/): the DRAM technology of each
+#: variant's exp_config.yaml (energy per bit J, pin rate bps, nominal voltage V, pins per
+#: stack, stack capacity GiB, stack footprint mm²) and the fastest fitting strategy with its
+#: "Time" (s), the number of strategies that fit, from summary.txt. 64 V100s on a board.
+PAPER_HBM: dict[str, tuple[tuple[float, float, float, int, float, float], str, float, int]] = {
+    "HBM1": ((4.2e-12, 1.38e9, 1.2, 1024, 4, 100), "RC_N64_k1_k16_d4", 41.31364232, 6),
+    "HBM2": ((2.94e-12, 2.0e9, 1.14, 1024, 8, 100), "RC_N64_k4_k4_d4", 17.27810991, 15),
+    "HBM2e-8": ((2.058e-12, 2.4e9, 1.083, 1024, 16, 110), "RC_N64_k2_k2_d16", 13.31721109, 21),
+    "HBM2e-12": ((1.4406e-12, 3.2e9, 1.02885, 1536, 24, 110), "CR_N64_k4_k1_d16", 4.78828116,
+                 24),
+    "HBM2e-16": ((1.00842e-12, 4.0e9, 0.9774075, 2048, 32, 110), "CR_N64_k4_k1_d16",
+                 4.78828116, 32),
+}  # fmt: skip
+
+
+def paper_hbm_generations(size: Size, out_dir: Path, seed: int) -> Path:
+    """The paper's HBM-generation sweep like for like: the V100 design (with its PCB link) on 64
+    packages takes each variant's DRAM technology (energy, pin rate, voltage, pins and capacity
+    per stack, footprint); every RC/CR strategy; side by side with the original's outputs."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    strategies = _paper_strategies()
+    names = [f"{t}_N64_k{a}_k{b}_d{d}" for t, a, b, d in strategies]
+    base = _paper_scenario(14, 48.1)
+    v100 = load_device("v100-crossflow")
+    scenario = dataclasses.replace(base, system=dataclasses.replace(base.system, device=v100))
+    n = len(strategies)
+    rows = []
+    for variant, (dram, strategy, seconds, fitting) in PAPER_HBM.items():
+        e_bit, rate, volts, pins, gib, footprint = dram
+        cols = _paper_strategy_columns(strategies) | {
+            "dram_energy_per_bit_J": np.full(n, e_bit),
+            "dram_nominal_pin_rate_bps": np.full(n, rate),
+            "dram_nominal_voltage_V": np.full(n, volts),
+            "dram_pins_per_stack": np.full(n, float(pins)),
+            "dram_stack_capacity_B": np.full(n, gib * 2.0**30),
+            "dram_stack_footprint_mm2": np.full(n, footprint),
+        }
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t = evaluate_table(scenario, cols)
+        step = t["step_time_s"]
+        fits = np.asarray(t["feasible"], dtype=bool)
+        i = int(np.argmin(step))
+        j = int(np.argmin(np.where(fits, step, np.inf)))
+        rows.append({
+            "variant": variant, "HBM GiB": float(t["memory_capacity_B"][0]) / 2**30,
+            "HBM TB/s": float(t["hbm_bandwidth_Bps"][0]) / 1e12,
+            "original best (s)": seconds, "original strategy": strategy,
+            "original fitting": fitting,
+            "deepflow best (s)": float(step[i]), "deepflow strategy": names[i],
+            "deepflow fitting": int(fits.sum()),
+            "deepflow best fitting (s)": float(step[j]) if fits.any() else "none fits",
+            "deepflow fitting strategy": names[j] if fits.any() else "–",
+        })  # fmt: skip
+    print_table("Paper HBM generations (64 V100-class devices on a board, paper LSTM)", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = np.arange(len(rows))
+    ax.plot(x, [r["original best (s)"] for r in rows], "o--", label="original (best fitting)")
+    ax.plot(x, [r["deepflow best (s)"] for r in rows], "o-", label="deepflow (best)")
+    ax.set_xticks(x, [r["variant"] for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("step time (s)", fontsize=8)
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir / "case-paper-hbm-generations.png")
+
+
 # ----------------------------------------------------------------------------- CLI
 CASES: dict[str, Callable[[Size, Path, int], Path]] = {
     "node-scaling": node_scaling,
     "packaging": packaging,
     "parallelism": parallelism,
+    "paper-node-scaling": paper_node_scaling,
+    "paper-interconnect-energy": paper_interconnect_energy,
+    "paper-hbm-generations": paper_hbm_generations,
 }
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from deepflow.datasets.io import oracle_version
 from deepflow.datasets.label import label_points
 from deepflow.datasets.samplers import unit_cube
-from deepflow.search.engine import SearchConfig, run_search
+from deepflow.search.base import SearchConfig, run_search
 from deepflow.search.objectives import constraint_matrix, normalise
 from deepflow.search.pareto import hypervolume
 from deepflow.search.problem import OracleProblem

@@ -7,6 +7,7 @@ imported inside the commands that need them, so ``deepflow --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import warnings
@@ -273,8 +274,14 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         f"memory {result['memory_per_device_B'] / 2**30:.2f} GiB of "
         f"{result['memory_capacity_B'] / 2**30:.2f} GiB per device ({fits}); "
         f"system power {result['system_power_W'] / 1e3:.3g} kW, "
-        f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step"
+        f"{result['energy_per_step_J'] / 1e3:.4g} kJ per step "
+        f"({result['energy_per_step_ops_J'] / 1e3:.4g} kJ summed per operation)"
     )
+    if result["sram_excess_B"] > 0:
+        console.print(
+            f"on-chip SRAM too small: the smallest GEMM tile needs "
+            f"{result['sram_excess_B'] / 2**10:.3g} KiB more per SM (register file or L1)"
+        )
     if not result["feasible"]:
         why = ", ".join(f"{name} {result['constraints'][name]:.6g}"
                         for name in result["violated_constraints"])  # fmt: skip
@@ -301,7 +308,25 @@ def best_mapping(
     _guard(body)
 
 
+def _print_serving_mappings(result: dict[str, Any], *, wide: bool) -> None:
+    columns: list[Column] = [
+        ("#", 0, "right"), ("tokens/s", 0, "right"), ("TTFT s", 0, "right"),
+        ("TPOT ms", 0, "right"), ("mem GiB", 1, "right"), ("max conc.", 2, "right"),
+        ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"),
+    ]  # fmt: skip
+    rows = [[str(rank), f"{row['tokens_per_s']:.4g}", f"{row['ttft_s']:.3g}",
+             f"{1e3 * row['tpot_s']:.3g}", f"{row['memory_per_device_B'] / 2**30:.1f}",
+             f"{row['max_concurrency']:.0f}", str(row["mapping"]["tensor_parallel"]),
+             str(row["mapping"]["pipeline_parallel"]), str(row["mapping"]["data_parallel"])]
+            for rank, row in enumerate(result["mappings"], 1)]  # fmt: skip
+    title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    _print_table(title, columns, rows, wide=wide)
+
+
 def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
+    if result["mappings"] and "tpot_s" in result["mappings"][0]:
+        _print_serving_mappings(result, wide=wide)
+        return
     columns: list[Column] = [
         ("#", 0, "right"), ("step s", 0, "right"), ("MFU", 1, "right"), ("mem GiB", 1, "right"),
         ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"), ("CP", 3, "right"),
@@ -322,6 +347,11 @@ def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
         ])  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
     _print_table(title, columns, rows, wide=wide)
+    counts = {k: v for k, v in result.get("violations", {}).items() if v}
+    if counts:
+        why = ", ".join(f"{name} {n:,}" for name, n in counts.items())
+        typer.echo(f"no feasible mapping among {result['num_valid']:,}; mappings breaking each "
+                   f"constraint: {why}.")  # fmt: skip
     violated = result.get("violated_device_constraints")
     if violated:
         budgets = result["device_constraints"]
@@ -354,8 +384,9 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     from rich.console import Console
 
     console = Console()
-    columns: list[Column] = [("case", 0, "left"), ("quantity", 1, "right"),
-                             ("measured", 0, "right"), ("model", 0, "right"),
+    # the error says how far the model is; the two values go first when the table is too wide
+    columns: list[Column] = [("case", 0, "left"), ("quantity", 3, "right"),
+                             ("measured", 2, "right"), ("model", 1, "right"),
                              ("error", 0, "right")]  # fmt: skip
     rows = [[row["id"], row["quantity"], f"{row['measured']:.4g}", f"{row['model']:.4g}",
              f"{100 * row['error']:+.1f} %"] for row in report["cases"]]  # fmt: skip
@@ -370,14 +401,13 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
         f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
     )
-    memory_groups = sum(1 for g in report["groups"].values() if g.get("memory"))
-    if memory_groups and memory_groups < len(report["groups"]):
-        console.print(
-            f"  performance {100 * report['performance_group_weighted_mean_abs_error']:.1f} % "
-            f"({len(report['groups']) - memory_groups} groups), peak memory "
-            f"{100 * report['memory_group_weighted_mean_abs_error']:.1f} % ({memory_groups} "
-            "groups)"
-        )
+    kinds = [g.get("kind") for g in report["groups"].values()]
+    parts = [f"{label} {100 * report[f'{kind}_group_weighted_mean_abs_error']:.1f} % "
+             f"({kinds.count(kind)})" for kind, label in
+             (("performance", "performance"), ("memory", "memory"), ("serving", "serving"))
+             if kinds.count(kind)]  # fmt: skip
+    if len(parts) > 1:
+        console.print("  by kind (groups): " + ", ".join(parts))
     from rich.markup import escape
 
     for skip in report.get("skipped", []):
@@ -466,8 +496,8 @@ def sample(
         def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
             raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
 
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, stop)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, stop) if main else None
         try:
             result = run_sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
@@ -475,6 +505,8 @@ def sample(
                 resume=resume, address=address, chunk_size=chunk_rows, progress=progress,
             )  # fmt: skip
         finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
             if task_ids:
                 bar.stop()
         if as_json:
@@ -539,8 +571,18 @@ def fit(
                 f"{data}: {len(df)} rows are too few to fit and score a surrogate (80 % to "
                 f"train, 20 % to score); need at least {MIN_FIT_ROWS}."
             )
-        model, report = fit_surrogate(df, surrogate, targets=names,
-                                      max_train_rows=max_rows, random_state=seed)  # fmt: skip
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        rows = min(len(df), max_rows) if max_rows else len(df)
+        console = Console(stderr=True)
+        bar = Progress(SpinnerColumn(), TextColumn(f"fitting the {surrogate} surrogate on up "
+                                                   f"to {rows:,} rows"), TimeElapsedColumn(),
+                       console=console, transient=True)  # fmt: skip
+        with bar if console.is_terminal else contextlib.nullcontext():  # a clock while it fits
+            bar.add_task("fit", total=None)
+            model, report = fit_surrogate(df, surrogate, targets=names,
+                                          max_train_rows=max_rows, random_state=seed)  # fmt: skip
         report["out"] = str(model.save(out))
         _emit(report, as_json, _print_fit)
 
@@ -580,6 +622,7 @@ def query(
     ],
     space: _SpaceOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    wide: _Wide = False,
 ) -> None:
     """Predict the targets (median, std, 95 % interval) and P(feasible) at POINTS."""
 
@@ -600,29 +643,30 @@ def query(
         rows = [{k: (float(v) if k != "index" else v) for k, v in r.items()}
                 for r in pred.to_dict(orient="records")]  # fmt: skip
         _emit({"surrogate": model.kind, "targets": model.targets, "predictions": rows},
-              as_json, _print_query)  # fmt: skip
+              as_json, lambda d: _print_query(d, wide=wide))  # fmt: skip
 
     _guard(body)
 
 
-def _print_query(data: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{data['surrogate']} surrogate: {len(data['predictions']):,} points")
-    table.add_column("#", justify="right")
-    for t in data["targets"]:
-        table.add_column(f"{t} (95 % interval)", justify="right")
+def _print_query(data: dict[str, Any], *, wide: bool = False) -> None:
+    targets = data["targets"]
+    columns: list[Column] = [("#", 0, "right")]
+    for t in targets:
+        label = _short(t.removeprefix("y_").removeprefix("c_"))
+        columns += [(label, 0, "right"), (f"{label} 95 %", 2 if t == targets[0] else 3, "right")]
     has_p = bool(data["predictions"]) and "p_feasible" in data["predictions"][0]
     if has_p:
-        table.add_column("P(feasible)", justify="right")
+        columns.append(("P(feasible)", 1, "right"))
+    rows = []
     for i, row in enumerate(data["predictions"]):
-        cells = [f"{row[t]:.4g} [{row[t + '_lo']:.4g}, {row[t + '_hi']:.4g}]"
-                 for t in data["targets"]]  # fmt: skip
+        cells = [str(i)]
+        for t in targets:
+            cells += [f"{row[t]:.4g}", f"[{row[t + '_lo']:.4g}, {row[t + '_hi']:.4g}]"]
         if has_p:
             cells.append(f"{row['p_feasible']:.3f}")
-        table.add_row(str(i), *cells)
-    Console().print(table)
+        rows.append(cells)
+    title = f"{data['surrogate']} surrogate: {len(data['predictions']):,} points (median"
+    _print_table(f"{title}, 95 % interval)", columns, rows, wide=wide)
 
 
 def _study_progress() -> tuple[Any, Callable[[str, int, int], None]]:
@@ -662,58 +706,30 @@ _UNITS = {"s": "s", "W": "W", "J": "J", "mm2": "mm²", "B": "B", "usd": "$"}
 
 
 def _short(name: str) -> str:
-    """A column label from an output name: ``step_time_s`` -> ``step time s``."""
+    """A column label from an output name: ``step_time_s`` -> ``step s``,
+    ``energy_per_step_J`` -> ``energy J``."""
     stem, _, unit = name.rpartition("_")
     if stem and unit in _UNITS:
-        return f"{stem.replace('_', ' ')} {_UNITS[unit]}".replace("step time", "step")
+        label = f"{stem.replace('_', ' ')} {_UNITS[unit]}"
+        return label.replace("step time", "step").replace(" per step", "")
     return name.replace("_", " ")
 
 
 def _print_pareto(summary: dict[str, Any], designs: list[dict[str, Any]], out_dir: Path,
                   limit: int = 20, *, wide: bool = False) -> None:  # fmt: skip
-    """The Pareto designs (oracle values) as a table that fits the terminal (``wide``: every
-    column), then the run's figures."""
+    """The Pareto designs (oracle values) as the report's table, fitted to the terminal
+    (columns after the trial and the objectives dropped by position; ``wide``: every column),
+    then the run's figures."""
 
-    def fmt(v: Any, digits: int = 4) -> str:
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return f"{v:.{digits}g}"
-        return str(v)
+    from deepflow.report import load_result
+    from deepflow.report.views import design_table
 
-    objectives = summary["objectives"]
-    names = {o["name"] for o in objectives}
-    x = designs[0]["x"] if designs else {}
-    columns: list[tuple[Column, Any]] = [(("trial", 0, "right"), lambda d: str(d["trial"]))]
-    for key, label, priority in (("x_technology", "node", 1), ("x_die_area_mm2", "die mm²", 2),
-                                 ("x_tdp_W", "TDP W", 2)):  # fmt: skip
-        if key in x and not (key == "x_die_area_mm2" and "area_mm2" in names):  # same column
-            columns.append(((label, priority, "right"), lambda d, k=key: fmt(d["x"].get(k))))
-    if "x_tensor_parallel" in x:
-
-        def mapping(d: dict[str, Any]) -> str:
-            cfg = d["config"]["mapping"]
-            degrees = (cfg["tensor_parallel"], cfg["pipeline_parallel"], cfg["data_parallel"])
-            return "×".join(str(v) for v in degrees) + f" z{cfg['zero_stage']}"
-
-        columns.append((("TP×PP×DP", 1, "right"), mapping))
-    for o in objectives:
-        columns.append(((_short(o["name"]), 0, "right"),
-                        lambda d, n=o["name"]: fmt(d["objectives"][n])))  # fmt: skip
-
-    def memory(d: dict[str, Any]) -> str:
-        return fmt(d["outputs"].get("memory_per_device_B", 0) / 2**30, 3)
-
-    columns.append((("mem GiB", 3, "right"), memory))
-    if "energy_per_step_J" not in names:
-        columns.append((("energy J", 3, "right"),
-                        lambda d: fmt(d["outputs"].get("energy_per_step_J"), 3)))  # fmt: skip
-    if any("device_cost_usd" in d["outputs"] for d in designs) and "device_cost_usd" not in names:
-        columns.append((("cost $", 4, "right"),
-                        lambda d: fmt(d["outputs"].get("device_cost_usd"), 4)))  # fmt: skip
-    rows = [[get(d) for _, get in columns] for d in designs[:limit]]
-    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)",
-                 [c for c, _ in columns], rows, wide=wide)  # fmt: skip
+    headers, rows = design_table(load_result(out_dir))
+    kept = 1 + len(summary["objectives"])  # the trial and the objectives always show
+    columns: list[Column] = [(label, 0 if j < kept else j - kept + 1, "right")
+                             for j, label in enumerate(headers)]  # fmt: skip
+    _print_table(f"Pareto designs of '{summary['study']}' (oracle values)", columns,
+                 rows[:limit], wide=wide)  # fmt: skip
     if len(designs) > limit:
         typer.echo(f"... and {len(designs) - limit} more in {out_dir / 'pareto.json'}")
     hv = summary["hypervolume"]
@@ -741,7 +757,12 @@ _ResultFolder = Annotated[
 ]
 _Storage = Annotated[
     str | None,
-    typer.Option("--storage", help="Optuna storage URL (default: SQLite in the folder)."),
+    typer.Option(
+        "--storage",
+        help="Optuna storage: a database URL (sqlite:///f.db, postgresql+psycopg://user:pw@host"
+        "/db) or a journal file path (default: SQLite in the folder). Processes given the same "
+        "study and storage share its budget.",
+    ),
 ]
 
 
@@ -762,15 +783,25 @@ def search(
     """Multi-objective search of a study; re-verifies the Pareto set with the oracle.
 
     Writes trials.parquet, pareto.json/.yaml, summary.json and study.yaml (docs/results.md)
-    to the result folder. Running it again on the same folder (or --storage) resumes.
+    to the result folder. Running it again on the same folder (or --storage) resumes; other
+    processes given the same study and --storage join it and share its budget.
     """
 
     def body() -> None:
-        from deepflow.search.runner import search_study
+        from deepflow.pipeline import search_study
 
         study = _search_options(study_path, strategy, budget, seed)
         out_dir = out or Path("results") / study.name
         _check_out_suffix(out_dir, "", "a result")
+        settings = study.search
+        if settings.strategy == "botorch":  # minutes per batch: say so before it starts
+            batches = -(-settings.budget // settings.batch_size)
+            typer.echo(
+                f"note: botorch fits a GP and optimises its acquisition for each of "
+                f"{batches} batch(es) of {settings.batch_size}: about 85 s per batch of 8 on "
+                "the default study's space on one CPU thread (README, performance).",
+                err=True,
+            )
         bar, progress = _study_progress()
         try:
             with _result_lock(out_dir):
@@ -801,7 +832,7 @@ def run(
     """
 
     def body() -> None:
-        from deepflow.search.runner import run_study
+        from deepflow.pipeline import run_study
         from deepflow.search.study import load_study
 
         study = load_study(study_path)
@@ -849,8 +880,12 @@ def report(
 
         if out is not None:
             _check_out_suffix(out, ".html", "an HTML page")
-        path = write_report(result_dir, out)
         figures = Path(result_dir) / "figures"
+        if not Path(result_dir).is_dir():  # the report's own message names what is missing
+            path = write_report(result_dir, out)
+        else:
+            with _result_lock(Path(result_dir)):  # not while a search or run writes it
+                path = write_report(result_dir, out)
         if as_json:
             typer.echo(json.dumps({"report": str(path), "figures_dir": str(figures),
                                    "figures": [str(f) for f in sorted(figures.glob("*.png"))]},

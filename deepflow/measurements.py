@@ -38,6 +38,7 @@ __all__ = [
     "case_category",
     "framework",
     "framework_profile",
+    "inference_case_scenario",
     "measured_peak_memory",
     "measured_step_time_s",
     "software_date",
@@ -47,7 +48,7 @@ __all__ = [
 
 #: Case categories deepflow scores.
 CATEGORIES = ("gemm_microbenchmark", "collective_microbenchmark", "end_to_end_training",
-              "peak_memory")  # fmt: skip
+              "peak_memory", "inference")  # fmt: skip
 
 #: Categories of the public groups, for cases that omit ``category``.
 _GROUP_CATEGORY = {
@@ -457,7 +458,9 @@ def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str
 
 
 # ------------------------------------------------------------------------------ training
-def _model(case: dict[str, Any], flags: dict[str, bool]) -> dict[str, Any]:
+def _model(
+    case: dict[str, Any], flags: dict[str, Any], seq_len: int | None = None
+) -> dict[str, Any]:
     model = _need(case, "model")
     hidden = int(_need(case, "model.hidden"))
     text = f"{model.get('type') or ''} {model.get('activation') or ''} " \
@@ -470,7 +473,7 @@ def _model(case: dict[str, Any], flags: dict[str, bool]) -> dict[str, Any]:
         "num_attention_heads": int(_need(case, "model.heads")),
         "ffn_hidden_size": int(_get(model, "ffn_hidden", "ffn_hidden_size") or 4 * hidden),
         "ffn_activation": "swiglu" if swiglu else "gelu",
-        "seq_length": int(_need(case, "model.seq_len")),
+        "seq_length": seq_len or int(_need(case, "model.seq_len")),
         "vocab_size": int(_need(case, "model.vocab")),
         "dropout": flags["dropout"],
     }
@@ -596,6 +599,69 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp8_weight_cache": flags["fp8_weight_cache"],
             "overlap_p2p_comm": flags["p2p_overlap"],
         },
+    }  # fmt: skip
+    return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+
+
+# ------------------------------------------------------------------------------ serving
+#: Weight precisions a serving case may state, as the workload's precision.
+_SERVING_PRECISIONS = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp4": "fp4",
+                       "nvfp4": "fp4", "mxfp4": "fp4"}  # fmt: skip
+#: What a serving case's measurement is compared with: (measured key, model output, label);
+#: the first the case states per quantity (docs/validation.md).
+SERVING_QUANTITIES = (
+    (("output_tokens_per_s_total", "output_tokens_per_s_per_gpu"), "tokens_per_s", "throughput"),
+    (("ttft_s", "ttft_s_mean"), "ttft_s", "ttft"),
+    (("tpot_s", "tpot_s_p50", "itl_s", "tpot_s_mean"), "tpot_s", "tpot"),
+)
+
+
+def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> Any:
+    """A measured serving run as a scenario (``workload.kind: inference``): the case's model,
+    accelerator, mapping, precisions, prompt and output lengths, and its batch (stated batch or
+    concurrency; else ``batch``, the caller's choice for runs whose scheduler picks it)."""
+    from deepflow.config import scenario_from_mapping
+
+    device_preset, network_preset = accelerator_presets(case)
+    inf = case.get("inference")
+    if not isinstance(inf, dict):
+        raise ConfigError(f"{_where(case)}: inference is missing.")
+    precision = _SERVING_PRECISIONS.get(str(inf.get("weight_precision") or "").lower())
+    if precision is None:
+        raise ConfigError(f"{_where(case)}: inference.weight_precision "
+                          f"{inf.get('weight_precision')!r} is not one deepflow serves "
+                          f"(known: {', '.join(sorted(_SERVING_PRECISIONS))}).")  # fmt: skip
+    kv = _SERVING_PRECISIONS.get(str(inf.get("kv_cache_precision") or "").lower(), "")
+    lengths = []
+    for name in ("input_len", "output_len"):
+        value = inf.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{_where(case)}: inference.{name} must be a number >= 1; got "
+                              f"{value!r} (variable lengths are not modelled).")  # fmt: skip
+        lengths.append(int(value))
+    stated = _get(inf, "batch_size", "max_concurrency")
+    if isinstance(stated, int | float) and not isinstance(stated, bool) and stated >= 1:
+        batch = int(stated)
+    if batch is None:
+        raise ConfigError(f"{_where(case)}: inference.batch_size (or max_concurrency) is "
+                          "missing.")  # fmt: skip
+    tp, pp = int(inf.get("tp") or 1), int(inf.get("pp") or 1)
+    gpus = int(_get(inf, "num_gpus") or _get(case.get("hardware"), "num_gpus") or tp * pp)
+    dp = max(1, gpus // (tp * pp))
+    stated_per_node = _get(case.get("hardware"), "gpus_per_node")
+    node = int(stated_per_node) if isinstance(stated_per_node, int | float) else 8
+    per_node = max(1, min(node, gpus))
+    model = _model(case, {"dropout": False}, seq_len=lengths[0] + lengths[1])
+    raw = {
+        "system": {"device": _device(case, device_preset, precision),
+                   "network": _network(case, network_preset, per_node),
+                   "devices_per_node": per_node, "num_nodes": max(1, gpus // per_node)},
+        "workload": {"kind": "inference", "model": model, "precision": precision,
+                     "global_batch_size": batch, "input_tokens": lengths[0],
+                     "output_tokens": lengths[1], "kv_cache_precision": kv},
+        "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
+                    "expert_parallel": int(inf.get("ep") or 1),
+                    "sequence_parallel": False},
     }  # fmt: skip
     return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "measured_step_time_s",
     "score_collective_cases",
     "score_gemm_cases",
+    "score_inference_case",
     "score_memory_cases",
     "score_training_cases",
     "training_case_scenario",
@@ -201,6 +203,43 @@ def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[s
     return rows
 
 
+# ------------------------------------------------------------------------ serving
+def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """Model vs measured serving figures of one case: a row per quantity it states
+    (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
+    ``<group>/<quantity>`` (the row's ``quantity`` names it). A case whose scheduler picked
+    the batch (offline throughput runs) is modelled at the batch its KV cache holds
+    (``max_concurrency``; docs/model.md §D3)."""
+    from deepflow.measurements import SERVING_QUANTITIES, inference_case_scenario
+    from deepflow.oracle.evaluate import evaluate_one
+
+    measured = case.get("measured") or {}
+    stated = [(next(k for k in keys if measured.get(k) is not None), output, label)
+              for keys, output, label in SERVING_QUANTITIES
+              if any(measured.get(k) is not None for k in keys)]  # fmt: skip
+    if not stated:
+        names = ", ".join(k for keys, _, _ in SERVING_QUANTITIES for k in keys)
+        raise ConfigError(f"case {case.get('id')!r}: measured has none of {names}.")
+    try:
+        scenario = inference_case_scenario(case)
+    except ConfigError as exc:
+        if "batch_size" not in str(exc):
+            raise
+        probe = evaluate_one(inference_case_scenario(case, batch=1))
+        scenario = inference_case_scenario(case, batch=max(1, int(probe["max_concurrency"])))
+    result = evaluate_one(scenario)
+
+    def model(key: str, output: str) -> float:  # a per-GPU figure against the system's
+        per_gpu = key.endswith("_per_gpu")
+        return float(result[output]) / (scenario.system.num_devices if per_gpu else 1)
+
+    return [{"id": case["id"], "group": f"{case['group']}/{label}",
+             "quantity": label, "measured": float(measured[key]), "model": model(key, output),
+             "error": model(key, output) / float(measured[key]) - 1.0,
+             "feasible": result["feasible"]}
+            for key, output, label in stated]  # fmt: skip
+
+
 # ------------------------------------------------------------------------ collectives
 #: Collective benchmark nodes -> network presets (H200 has H100's NVLink4 + NVSwitch).
 _COLLECTIVE_NETWORKS = {"nccl_tests_a100_node": "dgx-a100", "allreduce_bench_h200_node": "dgx-h100"}
@@ -277,6 +316,13 @@ def _load_cases(path: Path | None) -> list[dict[str, Any]]:
     return data
 
 
+def _score_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows one case scores: one per quantity of a serving case, else one."""
+    if case_category(case) == "inference":
+        return score_inference_case(case)
+    return [{"id": case.get("id"), "group": case["group"], **_score_one(case)}]
+
+
 def _score_one(case: dict[str, Any]) -> dict[str, Any]:
     kind = case_category(case)
     if kind == "gemm_microbenchmark":
@@ -297,6 +343,15 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
             "error": r["error"], "feasible": r["feasible"]}  # fmt: skip
 
 
+def _kind(row: Mapping[str, Any]) -> str:
+    """What a scored row measures: ``memory`` (peak memory), ``serving`` (throughput, TTFT,
+    TPOT of an inference case) or ``performance`` (step time, kernels, collectives)."""
+    quantity = str(row["quantity"])
+    if quantity.startswith("GiB"):
+        return "memory"
+    return "serving" if quantity in ("throughput", "ttft", "tpot") else "performance"
+
+
 def validation_report(path: Path | None = None) -> dict[str, Any]:
     """Score every case; per-case rows, per-group mean/max |error|, group-weighted mean.
 
@@ -311,34 +366,34 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
     skipped: list[dict[str, Any]] = []
     for case in cases:
         try:
-            scored = _score_one(case)
+            scored = _score_rows(case)
         except ConfigError as exc:
             skipped.append({"id": case.get("id"), "group": case.get("group"),
                             "reason": str(exc)})  # fmt: skip
             continue
-        rows.append({"id": case.get("id"), "group": case["group"], **scored})
+        rows.extend(scored)
     if cases and not rows:
         shown = str(path) if path is not None else "the public set"
         reasons = "; ".join(s["reason"].rstrip(".") for s in skipped[:3])
         raise ConfigError(f"{shown}: no case could be scored ({reasons}).")
     groups: dict[str, dict[str, Any]] = {}
     for row in rows:
-        group = groups.setdefault(row["group"], {"errors": [], "memory": True})
+        group = groups.setdefault(row["group"], {"errors": [], "kind": _kind(row)})
         group["errors"].append(abs(row["error"]))
-        group["memory"] &= str(row["quantity"]).startswith("GiB")
     summary = {
         name: {"cases": len(g["errors"]), "mean_abs_error": float(np.mean(g["errors"])),
-               "max_abs_error": float(np.max(g["errors"])), "memory": g["memory"]}
+               "max_abs_error": float(np.max(g["errors"])), "kind": g["kind"],
+               "memory": g["kind"] == "memory"}
         for name, g in groups.items()
     }  # fmt: skip
 
-    def weighted_mean(memory: bool | None) -> float:
-        means = [g["mean_abs_error"] for g in summary.values()
-                 if memory is None or g["memory"] == memory]  # fmt: skip
+    def weighted_mean(kind: str | None) -> float:
+        means = [g["mean_abs_error"] for g in summary.values() if kind in (None, g["kind"])]
         return float(np.mean(means)) if means else 0.0
 
     return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted_mean(None),
-            # time, throughput and bandwidth groups apart from peak-memory groups
-            "performance_group_weighted_mean_abs_error": weighted_mean(False),
-            "memory_group_weighted_mean_abs_error": weighted_mean(True),
+            # training, kernel and collective groups; peak memory; serving
+            "performance_group_weighted_mean_abs_error": weighted_mean("performance"),
+            "memory_group_weighted_mean_abs_error": weighted_mean("memory"),
+            "serving_group_weighted_mean_abs_error": weighted_mean("serving"),
             "skipped": skipped}  # fmt: skip

@@ -275,6 +275,24 @@ def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> Non
     assert result.exit_code == 1
     assert result.output.strip() == f"error: {out}.lock: Permission denied."
     _no_traceback(result)
+    res = tmp_path / "res"
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["search", str(study), "--out", str(res)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {res}.lock: Permission denied."
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_vanishing_bandwidth_warns(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["device"] = {"base": "h100-sxm5-80gb", "hbm_bandwidth_GBps": 1.0e-30}
+    path = _write(tmp_path, raw)
+    with pytest.warns(PlausibilityWarning) as record:
+        load_scenario(path)
+    assert str(record[0].message) == (
+        f"{path}: system.device.hbm_bandwidth_GBps = 1e-30 is far below the range of real "
+        "devices (900–8000 GB/s); check its unit."
+    )
 
 
 def test_an_os_error_anywhere_in_a_command_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
@@ -342,6 +360,10 @@ def test_a_result_folder_in_use(tmp_path: Path, live_pid: int) -> None:
             f"run); wait for it to finish or stop it (lock {lock})."
         )
     assert not out.exists()
+    out.mkdir()
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith(f"error: result folder {out} is being written by")
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
@@ -407,7 +429,52 @@ def test_pareto_table_fits_80_columns(tmp_path: Path, monkeypatch: Any,
     text = capsys.readouterr().out
     _fits(text)
     header = next(line for line in text.splitlines() if line.startswith("┃"))
-    assert "step s" in header and "area mm²" in header and "die mm²" not in header
-    assert "hidden to fit 80 columns: mem GiB, cost $; --wide shows them" in text
+    # the report's columns (report.views.design_table): trial and objectives always show
+    assert "step time (s)" in header and "area (mm²)" in header and "die" not in header
+    assert "(hidden to fit 80 columns: TDP (W), memory used / capacity (GiB)," in text
     _print_pareto(summary, designs, tmp_path, wide=True)
-    assert "mem GiB" in capsys.readouterr().out
+    assert "memory used / capacity (GiB)" in capsys.readouterr().out
+
+
+def test_a_failed_model_save_leaves_no_folder(tmp_path: Path, monkeypatch: Any) -> None:
+    from deepflow.datasets import sample
+
+    data = tmp_path / "d.parquet"
+    sample(SPACE, num_samples=40, out=data, seed=0, workers=1)
+
+    def full(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        if self.name == "metadata.json":
+            raise OSError(28, "No space left on device", str(self))
+        return real(self, data, *args, **kwargs)
+
+    real = Path.write_text
+    monkeypatch.setattr(Path, "write_text", full)
+    model = tmp_path / "m"
+    result = runner.invoke(app, ["fit", str(data), "--out", str(model), "--surrogate", "gbt"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {model / 'metadata.json'}: No space left on device."
+    assert not model.exists()
+
+
+def test_sample_restores_the_sigterm_handler(tmp_path: Path) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(SPACE), "--num-samples", "8", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_botorch_search_says_it_is_slow(tmp_path: Path, live_pid: int) -> None:
+    out = tmp_path / "res"
+    (tmp_path / "res.lock").write_text(f"{live_pid}\ndeepflow search\n")  # stop after the note
+    study = REPO / "configs" / "studies" / "default.yaml"
+    result = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "20",
+                                 "--out", str(out)])  # fmt: skip
+    assert result.stderr.startswith(
+        "note: botorch fits a GP and optimises its acquisition for each of 3 batch(es) of 8: "
+        "about 85 s per batch of 8 on the default study's space on one CPU thread (README, "
+        "performance).\n"
+    )

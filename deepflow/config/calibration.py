@@ -146,6 +146,12 @@ class KernelCalibration:
     attention_efficiency: float = key(
         "attention_efficiency", gt=0, le=1, default=0.6, doc="fused attention kernel / peak"
     )
+    accumulator_store: str = key(
+        "accumulator_store",
+        choices=("register_file", "l1"),
+        default="register_file",
+        doc="where GEMM accumulators live (tile fit, docs/model.md §C6.1a)",
+    )
 
     def gemm_efficiency_for(self, precision: str) -> float:
         """GEMM efficiency for ``precision``.

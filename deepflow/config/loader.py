@@ -93,7 +93,9 @@ SCENARIO_KEYS = ("system", "workload", "mapping", "framework")
 #: Keys of a framework profile (``configs/frameworks/NAME.yaml``).
 FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
-WORKLOAD_KEYS = ("model", "global_batch_size", "precision")
+WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
+                 "output_tokens", "kv_cache_precision", "electricity_usd_per_kWh",
+                 "amortization_years")  # fmt: skip
 #: Model spec class per ``kind``; workload kinds registered with the oracle add theirs
 #: (:func:`deepflow.oracle.workloads.register_workload`).
 MODEL_CLASSES: dict[str, type[Any]] = {
@@ -610,7 +612,7 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
             f"(it lists: {listed})."
         )
     per_step = m.data_parallel * m.micro_batch_size
-    if wl.global_batch_size % per_step:
+    if wl.kind == "training" and wl.global_batch_size % per_step:
         raise top.child("workload.global_batch_size").error(
             f"({wl.global_batch_size}) must be divisible by data_parallel {m.data_parallel} × "
             f"micro_batch_size {m.micro_batch_size} = {per_step}."

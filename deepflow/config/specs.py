@@ -56,7 +56,9 @@ TERA = 1e12
 #: Precisions a device may list a dense peak for (``int8`` in TOP/s).
 PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 #: Training precisions a workload may ask for (contract).
-WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
+#: What a workload runs (contract): training steps or serving requests.
+WORKLOAD_KINDS = ("training", "inference")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 #: Activation recompute: none; Megatron's selective (the attention core); full (the layer
@@ -190,9 +192,31 @@ ModelSpec = TransformerSpec | LstmSpec | GemmSpec
 # -------------------------------------------------------------------------- scenario parts
 @dataclass(frozen=True, kw_only=True)
 class WorkloadSpec:
+    """What runs: training steps, or serving requests (``kind: inference``: ``global_batch_size``
+    requests of ``input_tokens`` prompt and ``output_tokens`` output run together on each
+    data-parallel replica)."""
+
     model: ModelSpec
+    kind: str = key("kind", choices=WORKLOAD_KINDS, default="training")
     global_batch_size: int = key("global_batch_size", ge=1, default=1)
     precision: str = key("precision", choices=WORKLOAD_PRECISIONS, default="bf16")
+    input_tokens: int = key("input_tokens", ge=1, default=1024, doc="serving: prompt length")
+    output_tokens: int = key("output_tokens", ge=1, default=256, doc="serving: tokens generated")
+    kv_cache_precision: str = key(
+        "kv_cache_precision", choices=("", *WORKLOAD_PRECISIONS), default="",
+        doc="serving: KV-cache element type (default: the workload's precision)",
+    )  # fmt: skip
+    # serving cost inputs (docs/model.md §D4)
+    electricity_usd_per_kWh: float = key(
+        "electricity_usd_per_kWh", ge=0, default=0.08,
+        doc="US industrial average 2024: 8.1 cents/kWh (EIA Electric Power Monthly, Table 5.6.A)",
+    )  # fmt: skip
+    amortization_years: float = key(
+        "amortization_years",
+        gt=0,
+        default=4.0,
+        doc="service life over which a device's cost is spread",
+    )
 
 
 #: Workload kinds that read a mapping knob: all built-in ones, the transformer, CrossFlow's

@@ -4,7 +4,9 @@
 Korthikanti et al., Megatron-Core H100, llm-foundry, NeMo 24.07 FP8, torchtitan async TP, GEMM
 and NCCL microbenchmarks), each with its source; the schema is in ``docs/validation.md``.
 ``measurements_memory.json`` holds measured per-device peak memory of published training runs
-(category ``peak_memory``), in the same schema.
+(category ``peak_memory``), and ``measurements_inference.json`` measured serving figures
+(category ``inference``: throughput, time to first token, time per output token), in the
+same schema.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ def _all() -> tuple[dict[str, Any], ...]:
     files = resources.files(__package__)
     return tuple(
         case
-        for name in ("measurements_public.json", "measurements_memory.json")
+        for name in (
+            "measurements_public.json",
+            "measurements_memory.json",
+            "measurements_inference.json",
+        )
         for case in json.loads(files.joinpath(name).read_text("utf-8"))
     )
 

@@ -60,7 +60,7 @@ I64 = NDArray[np.int64]
 #: Oracle outputs that are constraints (<= 0 feasible): the dataset's ``c_`` columns.
 CONSTRAINTS = (
     "memory_excess_B", "area_excess_mm2", "power_excess_W", "perimeter_excess",
-    "reticle_excess_mm2", "invalid_output",
+    "reticle_excess_mm2", "sram_excess_B", "invalid_output",
 )  # fmt: skip
 _MAPPING = "__mapping__"
 #: The transformer's mapping knobs other than the structural degrees (which the mapping table
@@ -243,6 +243,8 @@ def _design_values(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: I64, 
         out["package_area_mm2"] = out["die_area_mm2"] + num("hbm_num_stacks", 1.0) * per_stack
     else:
         out["package_area_mm2"] = num("package_area_mm2", device.package_area_mm2)
+    if "dram_stack_capacity_GiB" in names:  # replaces the DRAM technology's stack capacity
+        out["dram_stack_capacity_B"] = num("dram_stack_capacity_GiB", 1.0) * 2**30
     return out
 
 
@@ -254,6 +256,8 @@ def _design_columns(space: DesignSpace, vals: dict[str, NDArray[Any]],
         if name in vals:
             for c, per_choice in _tech_columns(space, name, device).items():
                 cols[c] = per_choice[vals[name]]
+    if "dram_stack_capacity_B" in vals:  # a stack-capacity variable wins over the technology's
+        cols["dram_stack_capacity_B"] = vals["dram_stack_capacity_B"]
     return cols
 
 
@@ -275,6 +279,11 @@ def _row_device(space: DesignSpace, device: DesignDeviceSpec, vals: dict[str, ND
     for name in TECH_VARIABLES:
         if name in vals:
             changes[name] = space.resolved[name][int(vals[name][i])]
+    if "dram_stack_capacity_B" in vals:
+        dram = changes.get("dram_technology", device.dram_technology)
+        changes["dram_technology"] = dataclasses.replace(
+            dram, stack_capacity_B=float(vals["dram_stack_capacity_B"][i])
+        )
     return dataclasses.replace(device, **changes)
 
 

@@ -141,7 +141,7 @@ def _domains() -> dict[str, _Domain]:
         d[name] = _mapping_domain(name)
     for name in TECH_VARIABLES:
         d[name] = _Domain("tech", "design", preset="technologies")
-    for name in ("die_area_mm2", "package_area_mm2", "tdp_W"):
+    for name in ("die_area_mm2", "package_area_mm2", "tdp_W", "dram_stack_capacity_GiB"):
         d[name] = _Domain("real", "design", gt=0)
     for name in ("scale_up_neighbours", "scale_out_neighbours", "hbm_num_stacks"):
         d[name] = _Domain("int", "design", ge=1)

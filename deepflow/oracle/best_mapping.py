@@ -16,10 +16,11 @@ from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
 from deepflow.config.specs import DesignDeviceSpec, Scenario, TransformerSpec
 from deepflow.errors import ConfigError
-from deepflow.oracle.evaluate import network_model
+from deepflow.oracle.evaluate import device_network
 from deepflow.oracle.feasibility import DESIGN_CONSTRAINTS, INVALID_OUTPUT, invalid_output, violated
 from deepflow.oracle.feasibility import feasible as is_feasible
 from deepflow.oracle.hardware import device_caps, device_summary
+from deepflow.oracle.kernels import sram_excess_B
 from deepflow.oracle.workloads.transformer import (
     FULL_RECOMPUTE,
     NO_RECOMPUTE,
@@ -104,6 +105,42 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     }
 
 
+def _best_serving_mappings(
+    scenario: Scenario, top: int, calibration: Calibration
+) -> dict[str, Any]:
+    """Serving: every tensor × pipeline × data-parallel split of the devices (tensor parallel
+    dividing the attention and KV heads, pipeline stages at most the layers), ranked by
+    system output tokens per second among the feasible ones (docs/model.md §D1, §D2)."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    model = scenario.workload.model
+    assert isinstance(model, TransformerSpec)
+    n = scenario.system.num_devices
+    rows = [(tp, pp, n // (tp * pp)) for tp in _divisors(n) for pp in _divisors(n // tp)
+            if model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0
+            and pp <= model.num_layers]  # fmt: skip
+    grid = np.array(rows, dtype=float).reshape(-1, 3)
+    columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
+               "data_parallel": grid[:, 2]}  # fmt: skip
+    table = evaluate_table(scenario, columns, calibration=calibration)
+    feasible = np.asarray(table["feasible"], dtype=bool)
+    order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if feasible[i]][:top]
+    out = [
+        {
+            "mapping": {"tensor_parallel": int(grid[i, 0]), "pipeline_parallel": int(grid[i, 1]),
+                        "data_parallel": int(grid[i, 2])},
+            "tokens_per_s": float(table["tokens_per_s"][i]),
+            "ttft_s": float(table["ttft_s"][i]),
+            "tpot_s": float(table["tpot_s"][i]),
+            "step_time_s": float(table["step_time_s"][i]),
+            "memory_per_device_B": float(table["memory_per_device_B"][i]),
+            "max_concurrency": float(table["max_concurrency"][i]),
+        }
+        for i in order
+    ]  # fmt: skip
+    return {"num_valid": len(rows), "num_feasible": int(feasible.sum()), "mappings": out}
+
+
 def best_mappings(
     scenario: Scenario, *, top: int = 10, calibration: Calibration | None = None
 ) -> dict[str, Any]:
@@ -116,8 +153,11 @@ def best_mappings(
         ``memory_breakdown_B`` and ``breakdown_s``.
         Feasible follows :func:`deepflow.oracle.feasibility.feasible` (memory, valid outputs
         and, for a design-mode device, its budgets: then ``device_constraints`` and
-        ``violated_device_constraints`` say which budget rules every mapping out).
+        ``violated_device_constraints`` say which budget rules every mapping out). When none
+        is feasible, ``violations`` counts the mappings breaking each constraint.
     """
+    if scenario.workload.kind == "inference":
+        return _best_serving_mappings(scenario, top, calibration or current_calibration())
     mappings = enumerate_mappings(scenario)
     count = len(mappings["tensor_parallel"])
     model = scenario.workload.model
@@ -128,12 +168,12 @@ def best_mappings(
     device = scenario.system.device
     with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
         caps = device_caps(device, scenario.workload.precision, calibration=cal)
-        links = (caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps)
-        net = network_model(scenario, *links, calibration=cal)
+        net = device_network(scenario, caps, calibration=cal)
         result = transformer_step(caps, net, x, calibration=cal)
     step = result["step_time_s"]
     memory = result["memory_per_device_B"]
     constraints = {"memory_excess_B": memory - caps.hbm_capacity_B,
+                   "sram_excess_B": float(sram_excess_B(caps)),
                    INVALID_OUTPUT: invalid_output(result)}  # fmt: skip
     budgets: dict[str, float] = {}
     if isinstance(device, DesignDeviceSpec):  # the budgets, as ``show`` reports them
@@ -164,4 +204,9 @@ def best_mappings(
     if budgets:
         found["device_constraints"] = budgets
         found["violated_device_constraints"] = violated(budgets)
+    if not feasible.any():  # why: how many mappings break each constraint
+        found["violations"] = {
+            name: int(np.broadcast_to(np.logical_not(is_feasible({name: value})), (count,)).sum())
+            for name, value in constraints.items()
+        }
     return found

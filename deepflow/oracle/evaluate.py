@@ -20,6 +20,7 @@ from deepflow.config.specs import (
     Scenario,
 )
 from deepflow.errors import ConfigError
+from deepflow.oracle.energy import ENERGY_PARTS, derived_energies, ops_energy_J, spec_energies
 from deepflow.oracle.feasibility import (
     DESIGN_CONSTRAINTS,
     INVALID_OUTPUT,
@@ -31,15 +32,23 @@ from deepflow.oracle.hardware import (
     DESIGN_COLUMNS,
     DeviceCaps,
     derive,
+    derive_one,
     derived_caps_fields,
     design_table,
     device_caps,
     device_summary,
 )
+from deepflow.oracle.kernels import sram_excess_B
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads import StepResult, Workload, workload_for
 
-__all__ = ["average_power_W", "evaluate_one", "evaluate_table", "network_model"]
+__all__ = [
+    "average_power_W",
+    "device_network",
+    "evaluate_one",
+    "evaluate_table",
+    "network_model",
+]
 
 F = NDArray[np.float64]
 
@@ -49,28 +58,53 @@ def network_model(
     scale_up_Bps: float = 0.0,
     scale_out_Bps: float = 0.0,
     *,
+    scale_up_latency_s: float | None = None,
+    scale_out_latency_s: float | None = None,
     calibration: Calibration | None = None,
 ) -> NetworkModel:
-    """The scenario's network; a design-mode device's own link bandwidths override the preset's.
-    ``calibration`` defaults to the files in use."""
+    """The scenario's network; a design-mode device's own link bandwidths override the preset's,
+    and with them (where given) the links' latencies replace the preset's per-step latency
+    (docs/model.md §B3.5). ``calibration`` defaults to the files in use."""
     return _network_model(
         scenario.system.network, scenario.system.devices_per_node, scale_up_Bps, scale_out_Bps,
+        scale_up_latency_s if scale_up_Bps else None,
+        scale_out_latency_s if scale_out_Bps else None,
         calibration or current_calibration(),
     )  # fmt: skip
+
+
+def device_network(
+    scenario: Scenario, caps: DeviceCaps, *, calibration: Calibration | None = None
+) -> NetworkModel:
+    """The network of ``scenario`` with the links of a design-mode device ``caps`` (bandwidth
+    and latency; spec-mode devices have none and get the preset)."""
+    return network_model(
+        scenario,
+        caps.scale_up_bandwidth_Bps,
+        caps.scale_out_bandwidth_Bps,
+        scale_up_latency_s=caps.scale_up_latency_s,
+        scale_out_latency_s=caps.scale_out_latency_s,
+        calibration=calibration,
+    )
 
 
 @lru_cache(maxsize=1024)
 def _network_model(
     network: NetworkSpec, devices_per_node: int, scale_up_Bps: float, scale_out_Bps: float,
-    calibration: Calibration,
+    scale_up_latency_s: float | None, scale_out_latency_s: float | None, calibration: Calibration,
 ) -> NetworkModel:  # fmt: skip
-    return NetworkModel.from_spec(
+    net = NetworkModel.from_spec(
         network,
         devices_per_node,
         scale_up_bandwidth_Bps=scale_up_Bps or None,
         scale_out_bandwidth_Bps=scale_out_Bps or None,
         calibration=calibration.network,
     )
+    if scale_up_latency_s is not None:
+        net = replace(net, scale_up_latency_s=scale_up_latency_s)
+    if scale_out_latency_s is not None:
+        net = replace(net, scale_out_latency_s=scale_out_latency_s)
+    return net
 
 
 #: Breakdown components during which the device's matrix units and memory are busy; the rest
@@ -85,6 +119,7 @@ _BUSY = (
     "weight_update",
     "forward_compute",
     "backward_compute",
+    "lm_head",
 )
 
 
@@ -99,7 +134,8 @@ def average_power_W(
     bubbles count as idle (docs/model.md §A6.1: P = P_const + P_static + Σ P_dyn).
     Scalars or equal-length arrays.
     """
-    busy = sum(v for k, v in breakdown_s.items() if k in _BUSY)
+    # serving breakdowns name their phase first (prefill_gemm, decode_attention, ...)
+    busy = sum(v for k, v in breakdown_s.items() if k in _BUSY or k.split("_", 1)[-1] in _BUSY)
     if isinstance(step_time_s, float) and isinstance(peak_power_W, float):  # one evaluation
         share_one = min(busy / step_time_s, 1.0) if step_time_s > 0 else 0.0  # same IEEE ops
         idle_one = idle_fraction * peak_power_W
@@ -118,29 +154,32 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
     Returns:
         The contract keys: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``,
         ``model_flops_per_step``, ``mfu``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``feasible`` (every constraint holds:
-        :func:`deepflow.oracle.feasibility.feasible`), ``constraints`` (name -> value, <= 0
-        feasible: memory, the design budgets as ``show`` reports them, ``invalid_output``),
-        ``violated_constraints`` (their names where violated), ``breakdown_s`` (sums to
-        ``step_time_s``), ``memory_breakdown_B`` (sums to ``memory_per_device_B``; empty for
-        kinds without one),
+        ``memory_excess_B``, ``sram_excess_B`` (the smallest GEMM tile vs the L1 and register
+        file per SM, :func:`deepflow.oracle.kernels.sram_excess_B`), ``feasible`` (every
+        constraint holds: :func:`deepflow.oracle.feasibility.feasible`), ``constraints`` (name
+        -> value, <= 0 feasible: memory, SRAM, the design budgets as ``show`` reports them,
+        ``invalid_output``), ``violated_constraints`` (their names where violated),
+        ``breakdown_s`` (sums to ``step_time_s``), ``memory_breakdown_B`` (sums to
+        ``memory_per_device_B``; empty for kinds without one),
         ``device`` (``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``),
         ``system_power_W`` and ``energy_per_step_J`` (every device at its activity-weighted
-        average power, :func:`average_power_W`, for the whole step); ``framework`` (name,
-        description, behaviours) when the scenario names a framework profile. ``calibration``
+        average power, :func:`average_power_W`, for the whole step), the per-operation
+        energy ``energy_per_step_ops_J`` with its parts ``energy_ops_breakdown_J``
+        (:func:`deepflow.oracle.energy.ops_energy_J`; the activity estimate is its
+        cross-check); ``framework`` (name, description, behaviours) when the scenario names a
+        framework profile; serving adds ``ttft_s``, ``tpot_s``, ``max_concurrency``,
+        ``active_batch``, ``tokens_per_J``, ``usd_per_Mtoken``. ``calibration``
         defaults to the files in use (:func:`deepflow.config.calibration.current_calibration`).
 
     Raises:
         ConfigError: a workload kind no registered workload evaluates.
     """
     system, workload, mapping = scenario.system, scenario.workload, scenario.mapping
-    kind = workload_for(workload.model)
+    kind = workload_for(workload.model, workload.kind)
     cal = calibration or current_calibration()
     with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
         caps = device_caps(system.device, workload.precision, calibration=cal)
-        net = network_model(
-            scenario, caps.scale_up_bandwidth_Bps, caps.scale_out_bandwidth_Bps, calibration=cal
-        )
+        net = device_network(scenario, caps, calibration=cal)
         summary = device_summary(system.device)
         peak_power = float(summary["power_W"])
         values = kind.columns(workload, mapping)
@@ -151,8 +190,19 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
             result = _ieee(Workload.step_one(kind, caps, net, values, calibration=cal))
             out = {k: float(v) for k, v in _outputs(
                 result, caps, peak_power, system.num_devices).items()}  # fmt: skip
+        sram_excess = float(sram_excess_B(caps))
+        device = system.device
+        energies = (
+            derived_energies(derive_one(device), caps.idle_power_fraction)
+            if isinstance(device, DesignDeviceSpec)
+            else spec_energies(device, caps.idle_power_fraction)
+        )
+        ops = ops_energy_J(caps, energies, result.breakdown_s, net=net,
+                           step_time_s=result.step_time_s,
+                           model_flops_per_step=result.model_flops_per_step,
+                           num_devices=system.num_devices, num_nodes=system.num_nodes)  # fmt: skip
     power = out["average_power_W"]
-    constraints = {"memory_excess_B": out["memory_excess_B"]}
+    constraints = {"memory_excess_B": out["memory_excess_B"], "sram_excess_B": sram_excess}
     if "constraints" in summary:  # design mode: the budgets, as ``show`` reports them
         constraints.update({c: summary["constraints"][c] for c in DESIGN_CONSTRAINTS})
     constraints[INVALID_OUTPUT] = invalid_output(out)
@@ -165,6 +215,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "memory_per_device_B": out["memory_per_device_B"],
         "memory_capacity_B": out["memory_capacity_B"],
         "memory_excess_B": out["memory_excess_B"],
+        "sram_excess_B": sram_excess,
         "feasible": feasible(constraints),
         "constraints": constraints,
         "violated_constraints": violated(constraints),
@@ -182,8 +233,31 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "num_devices": system.num_devices,
         "system_power_W": out["system_power_W"],
         "energy_per_step_J": out["energy_per_step_J"],
+        "energy_per_step_ops_J": float(sum(ops.values())),
+        "energy_ops_breakdown_J": {k: float(v) for k, v in ops.items()},
         **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
+        **_serving(result, out, summary, workload, system.num_devices),
     }
+
+
+def _serving(
+    result: StepResult, out: Mapping[str, Any], summary: Mapping[str, Any], workload: Any,
+    devices: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A serving evaluation's own outputs: ``ttft_s``, ``tpot_s``, ``max_concurrency``,
+    output tokens per joule, and the cost of a million output tokens (docs/model.md §D4):
+    electricity at ``workload.electricity_usd_per_kWh`` plus, for a design-mode device, its
+    cost amortised over ``workload.amortization_years`` of continuous service."""
+    if not result.extra:
+        return {}
+    per_s = out["tokens_per_s"]
+    energy_per_token_J = out["system_power_W"] / per_s
+    usd = energy_per_token_J * 1e6 / 3.6e6 * workload.electricity_usd_per_kWh
+    hardware = float(summary.get("device_cost_usd", 0.0)) * devices
+    if hardware > 0:
+        usd += hardware / (workload.amortization_years * 365.25 * 86400 * per_s) * 1e6
+    return {**dict(result.extra), "tokens_per_J": 1.0 / energy_per_token_J,
+            "usd_per_Mtoken": usd}  # fmt: skip
 
 
 def _framework_summary(scenario: Scenario) -> dict[str, Any]:
@@ -280,11 +354,14 @@ def evaluate_table(
     Returns:
         Columns of n: ``step_time_s``, ``tokens_per_s``, ``samples_per_s``, ``mfu``,
         ``model_flops_per_step``, ``memory_per_device_B``, ``memory_capacity_B``,
-        ``memory_excess_B``, ``invalid_output`` (NaN, infinite or non-positive outputs,
-        :mod:`deepflow.oracle.feasibility`), ``feasible`` (memory, valid outputs and, for
-        designs, area/power/perimeter/reticle: :func:`~deepflow.oracle.feasibility.feasible`),
-        ``peak_flops``, ``hbm_bandwidth_Bps``, ``area_mm2``, ``power_W``,
-        ``system_power_W``, ``energy_per_step_J``, ``breakdown_<part>_s`` and, for design
+        ``memory_excess_B``, ``sram_excess_B``, ``invalid_output`` (NaN, infinite or
+        non-positive outputs, :mod:`deepflow.oracle.feasibility`), ``feasible`` (memory, SRAM,
+        valid outputs and, for designs, area/power/perimeter/reticle:
+        :func:`~deepflow.oracle.feasibility.feasible`), ``peak_flops``, ``hbm_bandwidth_Bps``,
+        ``area_mm2``, ``power_W``, ``system_power_W``, ``energy_per_step_J``,
+        ``energy_per_step_ops_J`` with its parts ``energy_ops_<part>_J``
+        (:data:`deepflow.oracle.energy.ENERGY_PARTS`), a kind's own outputs (serving:
+        ``ttft_s``, ``tpot_s``, ...), ``breakdown_<part>_s`` and, for design
         devices, ``die_cost_usd``, ``device_cost_usd`` and the constraint columns
         ``area_excess_mm2``, ``power_excess_W``, ``perimeter_excess``, ``reticle_excess_mm2``.
         Row i equals ``evaluate_one`` of the scenario with row i's values.
@@ -294,7 +371,7 @@ def evaluate_table(
     Raises:
         ConfigError: an unknown column name, or a workload kind no workload evaluates.
     """
-    kind = workload_for(scenario.workload.model)
+    kind = workload_for(scenario.workload.model, scenario.workload.kind)
     base = kind.columns(scenario.workload, scenario.mapping)
     unknown = sorted(set(columns) - set(base) - set(DESIGN_COLUMNS))
     if unknown:
@@ -328,9 +405,27 @@ def _evaluate_table(
     cols.update(peak_flops=peak, hbm_bandwidth_Bps=_per_case(caps.hbm_bandwidth_Bps, n),
                 area_mm2=area, power_W=peak_power, system_power_W=out["system_power_W"],
                 energy_per_step_J=out["energy_per_step_J"])  # fmt: skip
+    device = scenario.system.device
+    energies = (
+        derived_energies(derived, caps.idle_power_fraction)
+        if isinstance(device, DesignDeviceSpec)
+        else spec_energies(device, caps.idle_power_fraction)
+    )
+    ops = ops_energy_J(caps, energies, result.breakdown_s, net=net,
+                       step_time_s=result.step_time_s,
+                       model_flops_per_step=result.model_flops_per_step,
+                       num_devices=scenario.system.num_devices,
+                       num_nodes=scenario.system.num_nodes)  # fmt: skip
+    cols["energy_per_step_ops_J"] = sum(ops[k] for k in ENERGY_PARTS)
+    for name in ENERGY_PARTS:
+        cols[f"energy_ops_{name}_J"] = ops[name]
+    for name, value in result.extra.items():  # a kind's own outputs (serving: ttft_s, ...)
+        cols[name] = np.asarray(value, dtype=float)
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
-    constraints = {"memory_excess_B": out["memory_excess_B"]}
+    cols["sram_excess_B"] = _per_case(sram_excess_B(caps), n)
+    constraints = {"memory_excess_B": out["memory_excess_B"],
+                   "sram_excess_B": cols["sram_excess_B"]}  # fmt: skip
     if derived:
         cols.update({name: derived[name] for name in _DESIGN_OUTPUTS})
         constraints.update({c: derived[c] for c in DESIGN_CONSTRAINTS})
@@ -363,5 +458,9 @@ def _table_system(
         net,
         scale_up_bandwidth_Bps=np.where(up > 0, up, net.scale_up_bandwidth_Bps),
         scale_out_bandwidth_Bps=np.where(out > 0, out, net.scale_out_bandwidth_Bps),
+        scale_up_latency_s=np.where(up > 0, derived["scale_up_latency_s"], net.scale_up_latency_s),
+        scale_out_latency_s=np.where(
+            out > 0, derived["scale_out_latency_s"], net.scale_out_latency_s
+        ),
     )
     return caps, net, derived

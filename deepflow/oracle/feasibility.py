@@ -32,6 +32,7 @@ INVALID_OUTPUT = "invalid_output"
 #: 0.3 + 0.7 parts of a budget may exceed it by an ulp), counts and capacities do not.
 CONSTRAINT_TOLERANCES: Mapping[str, float] = {
     "memory_excess_B": 0.0,
+    "sram_excess_B": 0.0,
     "area_excess_mm2": 1e-9,
     "power_excess_W": 1e-9,
     "perimeter_excess": 1e-12,

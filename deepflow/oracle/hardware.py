@@ -11,6 +11,7 @@ design is a batch of one (:func:`derive_one`), and a batch equals a loop of sing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -337,6 +338,7 @@ def _hbm(t: Mapping[str, F], die: F, perimeter: F) -> dict[str, F]:
         "hbm_bandwidth_Bps": wires * df / 8.0,
         "hbm_latency_s": t["dram_latency_s"],
         "dram_power_W": np.minimum(t["power_dram_W"], dp + static),
+        "dram_static_power_W": static,
         "dram_energy_per_bit_J": t["dram_energy_per_bit_J"]
         * (dv / t["dram_nominal_voltage_V"]) ** 2,
         "hbm_wire_limited": (edge_wires < t["dram_pins_per_stack"] * stacks).astype(float),
@@ -501,6 +503,8 @@ class DeviceCaps:
     l2_bandwidth_Bps: float
     l1_capacity_per_sm_B: float
     l1_bandwidth_Bps: float  # aggregate over all SMs
+    register_file_capacity_per_sm_B: float
+    register_file_bandwidth_Bps: float  # aggregate over all SMs (inf: not a limit)
     gemm_efficiency: float
     hbm_efficiency: float
     kernel_launch_s: float
@@ -510,8 +514,11 @@ class DeviceCaps:
     training_sustained_fraction: float = 1.0
     idle_power_fraction: float = 0.09
     attention_efficiency: float = 0.6
+    accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
+    scale_up_latency_s: float = 0.0  # the design's own link latency (with its bandwidth)
+    scale_out_latency_s: float = 0.0
 
 
 # DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
@@ -530,6 +537,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "training_sustained_fraction": cal.training_sustained_fraction,
         "idle_power_fraction": cal.idle_power_fraction,
         "attention_efficiency": cal.attention_efficiency,
+        "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 
 
@@ -550,8 +558,12 @@ def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
         "l2_bandwidth_Bps": d["l2_bandwidth_Bps"],
         "l1_capacity_per_sm_B": d["l1_capacity_B"] / sms,
         "l1_bandwidth_Bps": d["l1_bandwidth_Bps"],
+        "register_file_capacity_per_sm_B": d["register_file_capacity_B"] / sms,
+        "register_file_bandwidth_Bps": d["register_file_bandwidth_Bps"],
         "scale_up_bandwidth_Bps": d["scale_up_bandwidth_Bps"],
         "scale_out_bandwidth_Bps": d["scale_out_bandwidth_Bps"],
+        "scale_up_latency_s": d["scale_up_latency_s"],
+        "scale_out_latency_s": d["scale_out_latency_s"],
     }
 
 
@@ -599,4 +611,8 @@ def device_caps(
         l2_bandwidth_Bps=cal.l2_bytes_per_clock * device.clock_Hz,
         l1_capacity_per_sm_B=device.l1_capacity_per_sm_B,
         l1_bandwidth_Bps=cal.l1_bytes_per_clock_per_sm * device.num_sms * device.clock_Hz,
+        register_file_capacity_per_sm_B=device.register_file_per_sm_B,
+        # Datasheets do not publish register-file bandwidth; the calibrated GEMM efficiency
+        # of a shipped part already includes it (docs/model.md §C6.1a).
+        register_file_bandwidth_Bps=math.inf,
     )

@@ -78,6 +78,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 5px 10px; text-align: ri
          white-space: nowrap; }
 th { background: var(--bg-soft); font-weight: 600; position: sticky; top: 0; }
 td.l, th.l { text-align: left; }
+td.w { white-space: normal; min-width: 13em; }
 tr:hover td { background: #fffbea; }
 .sw { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px;
       border: 1px solid rgba(0,0,0,0.35); vertical-align: -1px; }
@@ -195,6 +196,10 @@ def _swatch(color: str) -> str:
 _TEXT_COLUMNS = {"node / device", "DRAM", "mapping"}
 
 
+#: Long text columns that wrap in their cell instead of widening the table past the page.
+_WRAP_COLUMNS = ("mapping",)
+
+
 def _table(
     headers: list[str], rows: list[list[str]], *, first_cells: list[str] | None = None
 ) -> str:
@@ -208,7 +213,8 @@ def _table(
         cells = []
         for k, cell in enumerate(row):
             text = first_cells[r] if (k == 0 and first_cells) else _e(cell)
-            cells.append(f'<td class="{"l" if left[k] else ""}">{text}</td>')
+            wrap = " w" if headers[k] in _WRAP_COLUMNS else ""
+            cells.append(f'<td class="{"l" if left[k] else ""}{wrap}">{text}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     return (
         f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'

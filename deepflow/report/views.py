@@ -304,9 +304,11 @@ def design_table(result: Result) -> tuple[list[str], list[list[str]]]:
                 lambda d: _name(x_or(d, "x_dram_technology", "system", "device", "dram_technology"))
             ),
         ),
-        (
+        (  # the area objective is the die area: one column
             "die area (mm²)",
-            value(lambda d: x_or(d, "x_die_area_mm2", "system", "device", "die_area_mm2")),
+            value(lambda d: x_or(d, "x_die_area_mm2", "system", "device", "die_area_mm2"))
+            if "area_mm2" not in objective_names
+            else [],
         ),
         ("TDP (W)", value(lambda d: x_or(d, "x_tdp_W", "system", "device", "tdp_W"))),
         ("device power (W)", output("power_W") if "power_W" not in objective_names else []),
@@ -318,6 +320,7 @@ def design_table(result: Result) -> tuple[list[str], list[list[str]]]:
         ("step_time_s", "step time (s)", 1.0),
         ("mfu", "MFU (%)", 100.0),
         ("energy_per_step_J", "energy per step (J)", 1.0),
+        ("energy_per_step_ops_J", "energy per step, per operation (J)", 1.0),
         ("device_cost_usd", "device cost (USD)", 1.0),
     ):
         if name not in objective_names:

@@ -1,28 +1,42 @@
 """Multi-objective search over designs and mappings: studies, strategies, Pareto sets
 re-verified by the oracle.
 
-The public face: load a study (:func:`load_study`), search it to its budget and write the
-result folder (:func:`search_study`), or run the whole pipeline (:func:`run_study`: sample,
-fit, search, verify, report). Strategies: :data:`STRATEGIES`. Heavy libraries (torch,
-BoTorch) are imported only by the strategies that need them.
+The public face: load a study (:func:`load_study`) and search it to its budget
+(:func:`run_search`) with a registered strategy (:data:`STRATEGIES`,
+:mod:`deepflow.search.registry`) on a storage several workers may share. Writing a result
+folder, and the whole pipeline (sample, fit, search, verify, report), live in
+:mod:`deepflow.pipeline`. Heavy libraries (torch, BoTorch) are imported only by the
+strategies that need them.
 """
 
-from deepflow.search.engine import SearchConfig, SearchResult, run_search
+from deepflow.search.base import (
+    Proposals,
+    Results,
+    SearchConfig,
+    SearchContext,
+    Searcher,
+    SearchResult,
+    make_searcher,
+    run_search,
+)
 from deepflow.search.pareto import hypervolume, pareto_mask
-from deepflow.search.runner import StudyOutcome, run_study, search_study
-from deepflow.search.study import STRATEGIES, Study, load_study, study_from_mapping
+from deepflow.search.registry import REGISTRY, STRATEGIES
+from deepflow.search.study import Study, load_study, study_from_mapping
 
 __all__ = [
+    "REGISTRY",
     "STRATEGIES",
+    "Proposals",
+    "Results",
     "SearchConfig",
+    "SearchContext",
     "SearchResult",
+    "Searcher",
     "Study",
-    "StudyOutcome",
     "hypervolume",
     "load_study",
+    "make_searcher",
     "pareto_mask",
     "run_search",
-    "run_study",
-    "search_study",
     "study_from_mapping",
 ]

@@ -43,12 +43,13 @@ surrogate-vs-oracle error on the final front is reported.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,7 +57,16 @@ from numpy.typing import NDArray
 from deepflow.search.objectives import Objective, constraint_matrix, normalise
 from deepflow.search.pareto import greedy_hypervolume_selection, hypervolume, pareto_mask
 from deepflow.search.problem import Problem
-from deepflow.search.searchers import History, level_sweeps, local_moves, scaled_constraints
+from deepflow.search.searchers import (
+    History,
+    HistorySearcher,
+    level_sweeps,
+    local_moves,
+    scaled_constraints,
+)
+
+if TYPE_CHECKING:
+    from deepflow.search.base import Proposals, SearchContext
 
 __all__ = ["SurrogateSearcher", "constraint_targets", "trust_radius"]
 
@@ -185,28 +195,25 @@ def _constraint_name(target: str) -> str:
     return name
 
 
-class SurrogateSearcher:
+class SurrogateSearcher(HistorySearcher):
     """Proposes each batch from a surrogate's predicted Pareto front.
 
     Args:
-        problem: the oracle problem (its inputs and search space).
-        config: the search configuration (:class:`~deepflow.search.engine.SearchConfig`).
-        model: a fitted SurrogateModel to start from (else fitted on the data).
-        dataset: oracle-labelled rows (DataFrame with the dataset's columns) to train on.
+        context: the oracle problem (its inputs and search space), the search configuration,
+            a fitted SurrogateModel to start from (``model``, else fitted on the data),
+            oracle-labelled rows to train on (``dataset``) and the inner search to run on
+            the surrogate (``inner``).
     """
 
-    uses_sampler = False
-
-    def __init__(
-        self, problem: Problem, config: Any, *, model: Any = None, dataset: Any = None
-    ) -> None:
-        self.problem = problem
-        self.config = config
-        self.settings = config.surrogate
-        self.model = model
-        self.dataset = dataset
+    def __init__(self, context: SearchContext) -> None:
+        super().__init__(context)
+        self.problem: Problem = context.problem
+        self.config = context.config
+        self.settings = self.config.surrogate
+        self.model = context.model
+        self.dataset = context.dataset
+        self.inner = context.inner
         self.fitted_on = -1
-        self.round = 0
         self.report: dict[str, Any] | None = None
         self.timings = {"fit": 0.0, "inner": 0.0}
         self.modelled: list[str] = []
@@ -270,20 +277,33 @@ class SurrogateSearcher:
         self.model = model
 
     # ------------------------------------------------------------------ proposing
+    @property
+    def round(self) -> int:
+        """The round of the next proposal: one more than the search batches told."""
+        return 1 + sum(p.source == "search" for p in self.batches_told)
+
+    def ask(self, n: int) -> Proposals:
+        """The next ``n`` designs (native coordinates) with their predictions."""
+        from deepflow.search.base import Proposals
+
+        z, info = self.propose(n, self.history(), self.objectives, self.rows())
+        return Proposals(z, info=info, round=self.round)
+
     def propose(
         self, n: int, history: History, objectives: tuple[Objective, ...], rows: Any
-    ) -> tuple[F, list[dict[str, Any]], int]:
-        """The next ``n`` designs (native coordinates), their predictions, the round."""
+    ) -> tuple[F, list[dict[str, Any]]]:
+        """The next ``n`` designs (native coordinates) and their predictions."""
         from threadpoolctl import threadpool_limits
 
-        self.round += 1
+        from deepflow.search.base import batch_seed
+
         need_fit = self.model is None or (self.settings.refit and self.fitted_on != history.num)
         if need_fit:
             self._fit(rows if len(rows) else None)
             self.fitted_on = history.num
         start = time.perf_counter()
         rng = np.random.default_rng(
-            np.random.SeedSequence([self.config.search.seed, history.num, 0xA551])
+            batch_seed(self.config.search.seed, history.num, self.next_salt(), 0xA551)
         )
         surrogate = self.surrogate_problem()
         with threadpool_limits(1):
@@ -346,7 +366,7 @@ class SurrogateSearcher:
             else:
                 info.append({})
         self.timings["inner"] += time.perf_counter() - start
-        return z, info, self.round
+        return z, info
 
     def radius(self, history: History) -> float:
         """The trust region's radius, replayed from the hypervolume after each batch."""
@@ -388,10 +408,11 @@ class SurrogateSearcher:
 
     def _inner_search(self, rng: np.random.Generator) -> F:
         """Run the inner strategy on the surrogate (in memory); returns every point it tried."""
-        from deepflow.search.engine import SearchConfig, run_inner
-
         s = self.config.search
-        inner = SearchConfig(
+        if self.inner is None:
+            raise RuntimeError("SurrogateSearcher needs the context's inner search")
+        inner = dataclasses.replace(
+            self.config,
             name="inner",
             objectives=self.config.objectives,
             bounds=self.config.bounds,
@@ -403,7 +424,7 @@ class SurrogateSearcher:
                 seed=int(rng.integers(0, 2**31 - 1)),
             ),
         )
-        return run_inner(self.surrogate_problem(), inner)
+        return self.inner(self.surrogate_problem(), inner)
 
     def summary(self) -> dict[str, Any] | None:
         if self.report is None:

@@ -47,6 +47,7 @@ _CONSTRAINT_SCALES = {
     "power_excess_W": 1.0,
     "perimeter_excess": 0.01,  # 1 % of the die edge
     "reticle_excess_mm2": 1.0,
+    "sram_excess_B": 1024.0,  # 1 KiB
 }
 
 

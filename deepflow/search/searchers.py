@@ -10,9 +10,12 @@
   categorical dims (rounding a continuous optimum stalls: measured on this project's spaces).
 - ``surrogate``: see :mod:`deepflow.search.assisted`.
 
-A proposal searcher's :meth:`ask` returns an (n, d) array of native points; Optuna
-searchers return Optuna trials. :meth:`tell` is a no-op for all of them: the engine's
-history is the single source of truth (and survives a restart).
+Every searcher follows :class:`~deepflow.search.base.Searcher` (``ask(n)`` /
+``tell(proposals, results)``) and is built from a :class:`~deepflow.search.base.SearchContext`;
+the names are registered in :mod:`deepflow.search.registry`. Each ask is seeded from the
+seed and the number of evaluations told so far, and the Optuna samplers are rebuilt for each
+ask, so what a searcher proposes depends only on what it was told: a search resumed from its
+storage proposes what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -20,18 +23,25 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.search.space import SearchSpace
 
+if TYPE_CHECKING:
+    from deepflow.search.base import Proposals, Results, SearchContext
+
 __all__ = [
     "BotorchSearcher",
+    "GPSearcher",
     "History",
+    "HistorySearcher",
+    "NSGA2Searcher",
     "OptunaSearcher",
     "RandomSearcher",
+    "TPESearcher",
     "level_sweeps",
     "local_moves",
     "make_sampler",
@@ -66,23 +76,102 @@ class History:
         return int(self.z.shape[0])
 
 
-def _batch_rng(seed: int, start: int) -> np.random.Generator:
-    """A generator that depends only on the seed and the batch's first evaluation index."""
-    return np.random.default_rng(np.random.SeedSequence([seed, start, 0x5EA2C4]))
+def _batch_rng(seed: int, start: int, salt: int = 0) -> np.random.Generator:
+    """A generator that depends only on the seed, the evaluations told so far and the asks
+    since (0 unless another worker took a proposal)."""
+    entropy = [seed, start, 0x5EA2C4] + ([salt] if salt else [])
+    return np.random.default_rng(np.random.SeedSequence(entropy))
 
 
-class RandomSearcher:
+class HistorySearcher:
+    """Keeps what it was told as a :class:`History` (the base of proposal strategies).
+
+    Args:
+        context: the problem, the configuration and what the strategy starts from.
+    """
+
+    def __init__(self, context: SearchContext) -> None:
+        self.context = context
+        self.search_space: SearchSpace = context.problem.search_space
+        self.seed = context.config.search.seed
+        self.objectives = context.config.objectives
+        self._z: list[F] = []
+        self._values: list[F] = []
+        self._constraints: list[F] = []
+        self._feasible: list[NDArray[np.bool_]] = []
+        self._rows: list[Any] = []
+        self._names: list[str] = []
+        self._info: list[dict[str, Any]] = []
+        self.num_told = 0
+        self.batches_told: list[Proposals] = []
+        self.salt = 0  # asks since the last tell
+
+    def tell(self, proposals: Proposals, results: Results) -> None:
+        self._z.append(np.asarray(proposals.z, dtype=float))
+        self._values.append(np.asarray(results.values, dtype=float))
+        self._constraints.append(np.asarray(results.constraints, dtype=float))
+        self._feasible.append(np.asarray(results.feasible, dtype=bool))
+        self._rows.append(results.rows)
+        self._names = list(results.constraint_names)
+        self._info.extend(proposals.info)
+        self.objectives = results.objectives
+        self.num_told += len(proposals)
+        self.batches_told.append(proposals)
+        self.salt = 0
+
+    def next_salt(self) -> int:
+        """The salt of this ask (0 for the first ask after a tell)."""
+        salt = self.salt
+        self.salt += 1
+        return salt
+
+    def history(self) -> History:
+        """Everything told so far (objectives normalised by the latest references)."""
+        from deepflow.search.base import references_known
+        from deepflow.search.objectives import normalise
+
+        d, k = self.search_space.num_dims, len(self.objectives)
+        if not self._z:
+            return History(
+                np.empty((0, d)), np.empty((0, k)), np.empty((0, 0)), [],
+                np.empty(0, dtype=bool),
+            )  # fmt: skip
+        values = np.vstack(self._values)
+        normalised = (
+            normalise(values, self.objectives)
+            if references_known(self.objectives)
+            else np.zeros_like(values)
+        )
+        m = len(self._names)
+        return History(
+            np.vstack(self._z),
+            normalised,
+            np.vstack([c.reshape(len(z), m) for c, z in zip(self._constraints, self._z,
+                                                               strict=True)]),
+            list(self._names),
+            np.concatenate(self._feasible),
+            list(self._info),
+        )  # fmt: skip
+
+    def rows(self) -> Any:
+        """The told rows (a DataFrame; empty without any)."""
+        import pandas as pd
+
+        if not self._rows:
+            return pd.DataFrame()
+        return pd.concat(self._rows, ignore_index=True)
+
+
+class RandomSearcher(HistorySearcher):
     """Uniform random designs (the baseline)."""
 
-    uses_sampler = False
+    def ask(self, n: int) -> Proposals:
+        from deepflow.search.base import Proposals
 
-    def __init__(self, search_space: SearchSpace, *, seed: int = 0) -> None:
-        self.search_space = search_space
-        self.seed = seed
-
-    def ask(self, n: int, history: History) -> F:
-        u = _batch_rng(self.seed, history.num).random((n, self.search_space.num_dims))
-        return self.search_space.from_unit(u)
+        u = _batch_rng(self.seed, self.num_told, self.next_salt()).random(
+            (n, self.search_space.num_dims)
+        )
+        return Proposals(self.search_space.from_unit(u))
 
 
 def make_sampler(strategy: str, *, seed: int, batch_size: int, initial_points: int) -> Any:
@@ -106,21 +195,100 @@ def make_sampler(strategy: str, *, seed: int, batch_size: int, initial_points: i
 
 
 class OptunaSearcher:
-    """Optuna's NSGA-II, TPE or GP sampler: trials are asked from the study directly."""
+    """An Optuna sampler (NSGA-II, TPE, GP) on an in-memory study of what it was told.
 
-    uses_sampler = True
+    Each ask builds the sampler afresh, seeded from the seed and the number of trials told,
+    so it proposes the same after a resume; the sampler's own trial attributes (NSGA-II's
+    generation) travel with the proposals and are told back.
+    """
 
-    def __init__(self, search_space: SearchSpace, strategy: str) -> None:
-        self.search_space = search_space
-        self.strategy = strategy
+    strategy = ""
 
-    def ask_trials(self, n: int, study: Any) -> list[Any]:
-        distributions = self.search_space.distributions()
+    def __init__(self, context: SearchContext) -> None:
+        import optuna
+
+        cfg = context.config
+        self.search_space: SearchSpace = context.problem.search_space
+        self.settings = cfg.search
+        self.distributions = self.search_space.distributions()
+        directions: Any = [o.direction for o in cfg.objectives]
+        self.live = optuna.create_study(directions=directions)
+        self.pending: dict[tuple[float, ...], Any] = {}
+        self.num_told = 0
+        self.salt = 0
+
+    def ask(self, n: int) -> Proposals:
+        from deepflow.search.base import Proposals, batch_seed
+
+        s = self.settings
+        seed = int(batch_seed(s.seed, self.num_told, self.salt, 0x0B7).generate_state(1)[0])
+        self.salt += 1
+        self.live.sampler = make_sampler(
+            self.strategy, seed=seed, batch_size=s.batch_size, initial_points=s.initial_points
+        )
         # GPSampler proposes one point at a time and ignores pending trials: batch of one.
         count = 1 if self.strategy == "gp" else n
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "greenlet unavailable" (GPSampler)
-            return [study.ask(distributions) for _ in range(count)]
+            trials = [self.live.ask(self.distributions) for _ in range(count)]
+        z = np.array([self.search_space.from_params(t.params) for t in trials])
+        sampler = []
+        for trial, row in zip(trials, z, strict=True):
+            self.pending[_key(row)] = trial
+            attrs = self.live._storage.get_trial_system_attrs(trial._trial_id)
+            sampler.append({k: v for k, v in attrs.items() if not k.startswith("constraints")})
+        return Proposals(z, sampler=sampler)
+
+    def tell(self, proposals: Proposals, results: Results) -> None:
+        import optuna
+
+        from deepflow.search.storage import finite
+
+        for i, z in enumerate(proposals.z):
+            values = finite([float(v) for v in results.values[i]])
+            constraints = {
+                n: float(np.clip(v, -1e300, 1e300))
+                for n, v in zip(results.constraint_names, results.constraints[i], strict=True)
+            }
+            trial = self.pending.pop(_key(z), None)
+            if trial is not None:
+                for name, value in constraints.items():
+                    trial.set_constraint(name, value)
+                self.live.tell(trial, values)
+            else:  # evaluated by another worker, or before a restart
+                self.live.add_trial(
+                    optuna.trial.create_trial(
+                        params=self.search_space.to_params(z),
+                        distributions=self.distributions,
+                        values=values,
+                        constraints=constraints,
+                        system_attrs=dict(proposals.sampler[i]),
+                    )
+                )
+        self.num_told += len(proposals)
+        self.salt = 0
+
+
+def _key(z: Any) -> tuple[float, ...]:
+    return tuple(round(float(v), 9) for v in z)
+
+
+class NSGA2Searcher(OptunaSearcher):
+    """Optuna's NSGA-II (a population of one batch)."""
+
+    strategy = "nsga2"
+
+
+class TPESearcher(OptunaSearcher):
+    """Optuna's multi-objective TPE."""
+
+    strategy = "tpe"
+
+
+class GPSearcher(OptunaSearcher):
+    """Optuna's GP sampler (one design per ask)."""
+
+    strategy = "gp"
 
 
 def scaled_constraints(constraints: F, names: list[str]) -> F:
@@ -134,44 +302,39 @@ def scaled_constraints(constraints: F, names: list[str]) -> F:
     return np.sign(x) * np.log1p(np.abs(x))
 
 
-class BotorchSearcher:
+class BotorchSearcher(HistorySearcher):
     """qLogNEHVI with outcome constraints on a (mixed) GP, mixed-integer optimisation.
 
     Args:
-        search_space: the typed dimensions.
-        seed: seeds torch for each batch (with the batch's first evaluation index).
+        context: the problem and configuration (seeds torch for each batch with the number
+            of evaluations told).
+
+    Attributes:
         num_restarts, raw_samples, mc_samples: acquisition optimisation effort.
     """
 
-    uses_sampler = False
+    num_restarts = 4
+    raw_samples = 256
+    mc_samples = 64
 
-    def __init__(
-        self,
-        search_space: SearchSpace,
-        *,
-        seed: int = 0,
-        num_restarts: int = 4,
-        raw_samples: int = 256,
-        mc_samples: int = 64,
-    ) -> None:
-        self.search_space = search_space
-        self.seed = seed
-        self.num_restarts = num_restarts
-        self.raw_samples = raw_samples
-        self.mc_samples = mc_samples
-
-    def ask(self, n: int, history: History) -> F:
+    def ask(self, n: int) -> Proposals:
         import torch
 
+        from deepflow.search.base import Proposals, batch_seed
+
         torch.set_num_threads(1)  # more threads oversubscribe 2 cores (measured)
+        history = self.history()
         if history.num < 2:
-            return RandomSearcher(self.search_space, seed=self.seed).ask(n, history)
+            u = _batch_rng(self.seed, history.num, self.next_salt()).random(
+                (n, self.search_space.num_dims)
+            )
+            return Proposals(self.search_space.from_unit(u))
         torch.manual_seed(
-            int(np.random.SeedSequence([self.seed, history.num]).generate_state(1)[0])
+            int(batch_seed(self.seed, history.num, self.next_salt()).generate_state(1)[0])
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # jitter / optimisation-restart warnings
-            return self._ask(n, history)
+            return Proposals(self._ask(n, history))
 
     def _ask(self, n: int, history: History) -> F:
         import torch

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.datasets.space import STRUCTURAL as _STRUCTURAL
 from deepflow.datasets.space import DesignSpace
 
 __all__ = ["Dim", "SearchSpace"]
@@ -138,6 +139,7 @@ class SearchSpace:
         if len(dims) != space.num_dims:  # pragma: no cover - a bug, not user input
             raise RuntimeError(f"search space has {len(dims)} dims, the cube {space.num_dims}")
         self.dims: tuple[Dim, ...] = tuple(dims)
+        self._physical: dict[str, Any] | None = None
 
     @classmethod
     def from_dims(cls, dims: Sequence[Dim]) -> SearchSpace:
@@ -145,6 +147,7 @@ class SearchSpace:
         obj = cls.__new__(cls)
         obj.space = None  # type: ignore[assignment]
         obj.dims = tuple(dims)
+        obj._physical = None
         return obj
 
     @property
@@ -216,6 +219,76 @@ class SearchSpace:
                 out[d.name] = IntDistribution(int(d.labels[0]), int(d.labels[-1]))
             else:
                 out[d.name] = CategoricalDistribution(list(d.labels))
+        return out
+
+    def param_distributions(self) -> dict[str, Any]:
+        """Optuna distributions of the stored trials: the design's physical values, one per
+        ``x_`` column without the prefix (``die_area_mm2`` in mm², ``tdp_W`` log-scaled,
+        ``technology`` by name, each mapping degree on its own: ``tensor_parallel``, ...).
+        A space without a design space (toy problems) stores its native parameters."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        if self.space is None:
+            return self.distributions()
+        if self._physical is not None:
+            return self._physical
+        space = self.space
+        by_name = space.by_name
+        tables = list(space.mapping_tables.values())
+        out: dict[str, Any] = {}
+        for column in space.x_columns():
+            name = column.removeprefix("x_")
+            v = by_name.get(name)
+            if v is None or v.type == "simplex":
+                if name in _STRUCTURAL and tables:
+                    col = _STRUCTURAL.index(name)
+                    low = int(min(t[:, col].min() for t in tables))
+                    high = int(max(t[:, col].max() for t in tables))
+                    out[name] = IntDistribution(low, high, log=low >= 1 and high > low)
+                else:  # a simplex part: a fraction
+                    out[name] = FloatDistribution(0.0, 1.0)
+            elif v.type == "continuous":
+                out[name] = FloatDistribution(float(v.low), float(v.high), log=v.scale == "log")
+            elif v.type == "integer":
+                low, high = int(v.low), int(v.high)
+                out[name] = IntDistribution(low, high, log=v.scale == "log" and low >= 1)
+            else:
+                out[name] = CategoricalDistribution([_label(c) for c in v.candidates()])
+        self._physical = out
+        return out
+
+    def physical_params(self, z: F, inputs: Any) -> list[dict[str, Any]]:
+        """Per design, the stored trial's parameters (see :meth:`param_distributions`).
+
+        Args:
+            z: (n, d) native coordinates.
+            inputs: the designs' ``x_`` columns (a DataFrame of n rows), as
+                :meth:`~deepflow.search.problem.Problem.inputs` gives them.
+        """
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        if self.space is None:
+            return [self.to_params(row) for row in np.atleast_2d(z)]
+        dists = self.param_distributions()
+        out = []
+        for record in inputs.to_dict("records"):
+            params: dict[str, Any] = {}
+            for name, dist in dists.items():
+                value = record[f"x_{name}"]
+                if isinstance(value, np.generic):
+                    value = value.item()
+                if isinstance(dist, CategoricalDistribution):
+                    value = _label(value)
+                elif isinstance(dist, IntDistribution):
+                    value = int(value)
+                else:
+                    value = float(value)
+                params[name] = value
+            out.append(params)
         return out
 
     def to_params(self, z_row: Sequence[float]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from deepflow.datasets.label import output_names
 from deepflow.datasets.space import DesignSpace, load_space
 from deepflow.errors import ConfigError
 from deepflow.search.objectives import Bound, Objective
+from deepflow.search.registry import INNER_STRATEGIES, STRATEGIES
 
 __all__ = [
     "STRATEGIES",
@@ -51,12 +52,9 @@ __all__ = [
     "study_from_mapping",
 ]
 
-#: Search strategies (``surrogate`` runs ``surrogate.inner_strategy`` on a surrogate).
-STRATEGIES = ("botorch", "nsga2", "tpe", "gp", "random", "surrogate")
-_BASE_STRATEGIES = STRATEGIES[:-1]
-#: Strategies run on a surrogate each round (cheap, many evaluations: no BoTorch GP there;
-#: BoTorch acquisitions over a surrogate go through deepflow.surrogate's BoTorch adapter).
-_INNER_STRATEGIES = ("nsga2", "tpe", "gp", "random")
+# Search strategies: deepflow.search.registry (``surrogate`` runs ``surrogate.inner_strategy``
+# on a surrogate; BoTorch acquisitions over a surrogate go through deepflow.surrogate's
+# BoTorch adapter).
 _SURROGATE_MODELS = ("mlp", "gp", "svgp", "gbt")
 TOP_KEYS = ("name", "description", "space", "objectives", "constraints", "search", "surrogate")
 DEFAULT_OBJECTIVES = ("step_time_s", "area_mm2", "power_W")
@@ -79,7 +77,7 @@ class SurrogateSettings:
 
     model: str = key("model", choices=_SURROGATE_MODELS, default="mlp")
     num_samples: int = key("num_samples", ge=0, default=0, doc="oracle-labelled designs")
-    inner_strategy: str = key("inner_strategy", choices=_INNER_STRATEGIES, default="nsga2")
+    inner_strategy: str = key("inner_strategy", choices=INNER_STRATEGIES, default="nsga2")
     inner_budget: int = key("inner_budget", ge=0, default=2000, doc="surrogate evaluations")
     pool_size: int = key("pool_size", ge=0, default=20000, doc="designs scored per round")
     refit: bool = key("refit", default=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -143,9 +144,21 @@ class SurrogateModel:
     def save(self, path: str | Path) -> Path:
         """Write the folder ``path`` (created if needed); returns it. Nothing in it is a
         pickle: JSON, safetensors and numpy ``.npz`` (:mod:`deepflow.surrogate.weights`)."""
+
         p = Path(path)
         if p.exists() and not p.is_dir():
             raise ConfigError(f"{p}: exists and is not a directory.")
+        created = not p.exists()
+        try:
+            self._save(p)
+        except BaseException:  # a full disk, a signal: no half-written model folder is left
+            if created:
+                shutil.rmtree(p, ignore_errors=True)
+            raise
+        return p
+
+    def _save(self, p: Path) -> None:
+
         p.mkdir(parents=True, exist_ok=True)
         self.model.save(p / "model")
         if self.classifier is not None:
@@ -162,7 +175,6 @@ class SurrogateModel:
             **self.info,
         }
         (p / "metadata.json").write_text(json.dumps(meta, indent=2), "utf-8")
-        return p
 
     @classmethod
     def load(cls, path: str | Path, *, space_sha256: str | None = None) -> SurrogateModel:

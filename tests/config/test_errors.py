@@ -106,7 +106,7 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "unknown precision with a suggestion",
         scenario(workload__precision="bf61"),
-        "workload.precision must be one of: fp32, fp16, bf16, fp8; got 'bf61' "
+        "workload.precision must be one of: fp32, fp16, bf16, fp8, fp4; got 'bf61' "
         "(did you mean 'bf16'?).",
     ),
     (

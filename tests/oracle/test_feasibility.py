@@ -91,6 +91,22 @@ def test_evaluate_honours_design_budgets(override: dict[str, Any], violation: st
     mappings = best_mappings(scenario, top=3)
     assert mappings["num_feasible"] == 0 and mappings["mappings"] == []
     assert violation in mappings["violated_device_constraints"]
+    assert mappings["violations"][violation] == mappings["num_valid"]
+    assert set(mappings["violations"]) >= {"memory_excess_B", "invalid_output", violation}
+
+
+def test_best_mapping_says_why_none_is_feasible(tmp_path: Path) -> None:
+    raw = copy.deepcopy(SCENARIO)
+    raw["system"]["device"] = {"base": "h100-like-4nm", "tdp_W": 0.5}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = runner.invoke(app, ["best-mapping", str(path)])
+    assert result.exit_code == 0
+    n = best_mappings(_scenario(raw["system"]["device"]))["num_valid"]
+    assert f"no feasible mapping among {n:,}; mappings breaking each constraint: " in result.stdout
+    assert f"power_excess_W {n:,}." in result.stdout
+    assert "the device breaks its budgets: power_excess_W 494.55 (each must be <= 0)" in (
+        result.stdout)  # fmt: skip
 
 
 def test_evaluate_cli_and_show_agree_on_a_design_device(tmp_path: Path) -> None:

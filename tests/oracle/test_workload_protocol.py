@@ -22,7 +22,7 @@ from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads import StepResult, Workload, register_workload, workload_for
 from deepflow.oracle.workloads.base import _REGISTRY
-from deepflow.search.runner import search_study
+from deepflow.pipeline import search_study
 from deepflow.search.study import load_study
 
 F = np.ndarray

@@ -115,6 +115,7 @@ def make_result_dir(
                 "step_time_s": t,
                 "mfu": float(rng.uniform(0.2, 0.6)),
                 "energy_per_step_J": float(energy[i]),
+                "energy_per_step_ops_J": 0.45 * float(energy[i]),  # per-operation sum (§A6.3)
                 "power_W": float(power[i]),
                 "area_mm2": float(die[i]),
                 "memory_per_device_B": float(memory[i]),

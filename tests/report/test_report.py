@@ -87,14 +87,16 @@ def test_page_tables_and_configs(rendered: tuple[Any, Path]) -> None:
         "area (mm²) ↓",
         "power (W) ↓",
         "node / device",
-        "die area (mm²)",
         "memory used / capacity (GiB)",
         "mapping",
         "energy per step (J)",
+        "energy per step, per operation (J)",
         "device cost (USD)",
         "MFU (%)",
     ):
         assert f">{header}</th>" in page, header
+    assert ">die area (mm²)</th>" not in page  # the area objective is the die area
+    assert '<td class="l w">TP' in page  # the mapping wraps in its cell, within the page
     assert "TP" in page and "ZeRO-1" in page
     assert "tensor_parallel: " in page  # the YAML config
     # Surrogate: held-out metrics and the error on the front.

@@ -16,7 +16,7 @@ from deepflow.search.assisted import (
     constraint_targets,
     trust_radius,
 )
-from deepflow.search.engine import SearchConfig, run_search
+from deepflow.search.base import SearchConfig, SearchContext, run_search
 from deepflow.search.searchers import History, level_sweeps, local_moves
 from deepflow.search.space import Dim, SearchSpace
 from deepflow.search.study import SearchSettings, SurrogateSettings, load_study
@@ -209,7 +209,7 @@ def _toy_config(model: str, budget: int, seed: int = 0) -> SearchConfig:
 
 def test_the_searcher_models_violated_constraints_and_classifies_only_the_unexplained() -> None:
     problem = ToyProblem()
-    searcher = SurrogateSearcher(problem, _toy_config("gbt", 8))
+    searcher = SurrogateSearcher(SearchContext(problem, _toy_config("gbt", 8)))
     rows = problem.evaluate(np.random.default_rng(0).random((40, 4)))
     assert (rows["c_limit"] > 0).any()
     searcher._training_frame(rows)
@@ -244,7 +244,7 @@ def test_a_quarter_of_the_batch_goes_to_optimistic_predictions() -> None:
         name="toy", objectives=OBJECTIVES, search=config.search,
         surrogate=SurrogateSettings(model="gbt", inner_budget=0, pool_size=400, refit=False),
     )  # fmt: skip
-    searcher = SurrogateSearcher(problem, config, model=_UnsureModel())
+    searcher = SurrogateSearcher(SearchContext(problem, config, model=_UnsureModel()))
     ss = problem.search_space
     z = ss.from_unit(np.random.default_rng(0).random((4, 4)))
     rows = problem.evaluate(ss.to_unit(z))
@@ -252,7 +252,7 @@ def test_a_quarter_of_the_batch_goes_to_optimistic_predictions() -> None:
     normalised = (1.5 - values) / 1.5
     history = History(z, normalised, rows[["c_limit"]].to_numpy(), ["limit"],
                       rows["c_limit"].to_numpy() <= 0)  # fmt: skip
-    picks, info, _ = searcher.propose(4, history, OBJECTIVES, rows)
+    picks, info = searcher.propose(4, history, OBJECTIVES, rows)
     cats = picks[:, 3].astype(int).tolist()
     assert 0 not in cats[:3]  # by the medians, 'a' (index 0) is worse everywhere
     assert cats[3] == 0  # but its optimistic end could beat them all

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from deepflow.errors import ConfigError
-from deepflow.search.engine import SearchConfig, run_search
+from deepflow.search.base import SearchConfig, run_search
 from deepflow.search.study import SearchSettings, SurrogateSettings
 
 from .toy import OBJECTIVES, ToyProblem, true_hypervolume
@@ -94,41 +94,92 @@ _KILLED = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
     from search.toy import ToyProblem
-    from search.test_engine import config
-    from deepflow.search.engine import run_search
+    from search.test_contract import config
+    from deepflow.search.base import run_search
 
     class Slow(ToyProblem):
         def evaluate(self, u):
             time.sleep(0.3)
             return super().evaluate(u)
 
-    run_search(Slow(), config({strategy!r}, budget=40), storage={storage!r})
+    run_search(Slow(), config({strategy!r}, budget={budget}), storage={storage!r})
 """)
 
+#: (strategy, budget, stored trials to wait for before the kill, seconds more): kills
+#: between and inside batches (the worker evaluates for 0.3 s after reserving a batch).
+_KILLS = [
+    ("random", 40, 12, 0.0), ("random", 40, 12, 0.45), ("nsga2", 40, 12, 0.15),
+    ("tpe", 24, 12, 0.3), ("surrogate", 16, 10, 0.2),
+    # Fitting a GP per ask: > 20 s each on 2 shared cores.
+    pytest.param("gp", 12, 9, 0.1, marks=pytest.mark.slow),
+    pytest.param("botorch", 16, 10, 0.2, marks=pytest.mark.slow),
+]  # fmt: skip
 
-@pytest.mark.parametrize("strategy", ["random", "nsga2"])
-def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path, strategy: str) -> None:
+
+@pytest.mark.parametrize(("strategy", "budget", "after", "delay"), _KILLS)
+def test_kill_9_then_resume_equals_the_uninterrupted_search(
+    tmp_path: Path, strategy: str, budget: int, after: int, delay: float
+) -> None:
     import optuna
 
+    from .test_contract import config as contract_config
+
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    script = _KILLED.format(tests=str(HERE.parent), strategy=strategy, storage=storage)
+    script = _KILLED.format(tests=str(HERE.parent), strategy=strategy, storage=storage,
+                            budget=budget)  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ))
-    deadline = time.monotonic() + 120
+    plain = optuna.storages.RDBStorage(storage)
+    deadline = time.monotonic() + 300
     stored = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        try:
-            stored = len(optuna.load_study(study_name="toy", storage=storage).trials)
-        except KeyError:
-            continue
-        if stored >= 12:
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert 12 <= stored < 40, "the run was not interrupted mid-way"
-    result = run_search(ToyProblem(), config(strategy, budget=40), storage=storage)
-    assert result.rows["trial"].tolist() == list(range(40))
-    assert len({tuple(z) for z in result.z}) == 40 or strategy != "random"
-    if strategy == "random":  # proposal strategies: identical to an uninterrupted run
-        straight = run_search(ToyProblem(), config(strategy, budget=40), storage=None)
-        assert np.array_equal(result.z, straight.z)
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            try:
+                stored = len(optuna.load_study(study_name="toy", storage=plain).trials)
+            except KeyError:
+                continue
+            if stored >= after:
+                time.sleep(delay)
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        plain.engine.dispose()
+    assert after <= stored < budget, "the run was not interrupted mid-way"
+    cfg = contract_config(strategy, budget=budget)
+    result = run_search(ToyProblem(), cfg, storage=storage)
+    straight = run_search(ToyProblem(), cfg, storage=str(tmp_path / "straight.journal"))
+    assert result.rows["trial"].tolist() == list(range(budget))
+    assert np.array_equal(result.z, straight.z)
+    assert result.hypervolume == straight.hypervolume
+
+
+class _Tiny(ToyProblem):
+    """Only the toy's integer and categorical dims: 15 distinct designs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from deepflow.search.space import SearchSpace
+
+        self.full = ToyProblem()
+        self.search_space = SearchSpace.from_dims(self.search_space.dims[2:])
+
+    def _full(self, u: np.ndarray) -> np.ndarray:
+        u = np.atleast_2d(u)
+        return np.column_stack([np.full(len(u), 0.5), np.full(len(u), 0.5), u])
+
+    def inputs(self, u: np.ndarray) -> object:
+        return self.full.inputs(self._full(u))
+
+    def evaluate(self, u: np.ndarray) -> object:
+        return self.full.evaluate(self._full(u))
+
+
+def test_a_space_smaller_than_the_budget_repeats_designs_only_when_exhausted() -> None:
+    result = run_search(_Tiny(), config("random", budget=20), storage=None)
+    z = [tuple(row) for row in result.z]
+    assert len(z) == 20 and len(set(z)) >= 14
+    # Repeats only once the space is nearly exhausted (unfiltered random draws of 15
+    # designs repeat after about 5).
+    first_repeat = next(i for i in range(len(z)) if z[i] in z[:i])
+    assert first_repeat >= 12

@@ -137,7 +137,7 @@ def test_boosting_has_no_gradient(llm_data: Path, space: DesignSpace) -> None:
 
 
 def test_errors(mlp: SurrogateModel, space: DesignSpace) -> None:
-    other = space_from_text(space.text.replace("low: 500, high: 850", "low: 500, high: 800"),
+    other = space_from_text(space.text.replace("low: 400, high: 850", "low: 400, high: 800"),
                             file="other.yaml", base_dir=LLM_SPACE.parent)  # fmt: skip
     with pytest.raises(ConfigError, match=(
         rf"^other\.yaml: the surrogate was fitted on design space {space.sha256[:12]}, not on "

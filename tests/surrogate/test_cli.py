@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,16 @@ def test_query_checks_parquet_points_as_yaml_points(mapping_data: Path, gbt_dir:
     result = runner.invoke(app, ["query", str(gbt_dir), str(empty)])
     assert result.exit_code == 2
     assert result.stderr == f"error: {empty}: holds no rows; give at least one point.\n"
+
+
+def test_query_table_fits_80_columns(mapping_data: Path, gbt_dir: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["query", str(gbt_dir), str(mapping_data)])
+    assert result.exit_code == 0, result.stderr
+    table = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) <= 80 and "…" not in result.stdout
+    header = next(line for line in table if line.startswith("┃"))
+    assert "step s" in header and "step s 95 %" in header and "P(feasible)" in header
+    row = next(line for line in table if line.startswith("│"))
+    assert re.search(r"\[\d[\d.e+-]*, \d[\d.e+-]*\]", row)

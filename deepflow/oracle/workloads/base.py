@@ -40,7 +40,8 @@ from deepflow.errors import ConfigError
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.network import NetworkModel
 
-__all__ = ["StepResult", "Workload", "register_workload", "workload_for"]
+__all__ = ["StepResult", "Workload", "register_serving_workload", "register_workload",
+           "workload_for"]  # fmt: skip
 
 F = NDArray[np.float64]
 
@@ -59,6 +60,8 @@ class StepResult(NamedTuple):
     samples_per_step: Any
     #: named parts of ``memory_per_device_B`` that sum to it (kinds that model them)
     memory_breakdown_B: Mapping[str, Any] = NO_MEMORY_TERMS
+    #: further outputs of a kind (serving: ``ttft_s``, ``tpot_s``, ``max_concurrency``)
+    extra: Mapping[str, Any] = NO_MEMORY_TERMS
 
 
 class Workload(ABC):
@@ -106,6 +109,7 @@ def _first_row(batch: StepResult) -> StepResult:
         tokens_per_step=first(batch.tokens_per_step),
         samples_per_step=first(batch.samples_per_step),
         memory_breakdown_B={k: first(v) for k, v in batch.memory_breakdown_B.items()},
+        extra={k: first(v) for k, v in batch.extra.items()},
     )
 
 
@@ -122,12 +126,31 @@ def register_workload(workload: Workload) -> Workload:
     return workload
 
 
-def workload_for(model: Any) -> Workload:
-    """The workload kind of a model spec.
+#: Serving workloads by model kind (``workload.kind: inference``).
+_SERVING: dict[str, Workload] = {}
+
+
+def register_serving_workload(workload: Workload) -> Workload:
+    """Add the serving model of a model kind (``workload.kind: inference``)."""
+    _SERVING[workload.kind] = workload
+    return workload
+
+
+def workload_for(model: Any, kind: str = "training") -> Workload:
+    """The workload of a model spec: its training step, or with ``kind`` ``inference`` its
+    serving model.
 
     Raises:
         ConfigError: no workload of that kind is registered.
     """
+    if kind == "inference":
+        serving = _SERVING.get(getattr(model, "kind", ""))
+        if serving is None:
+            raise ConfigError(
+                f"no serving model for {getattr(model, 'kind', None)!r} models (serving is "
+                f"modelled for: {', '.join(sorted(_SERVING))})."
+            )
+        return serving
     found = _REGISTRY.get(getattr(model, "kind", ""))
     if found is None:
         raise ConfigError(

@@ -41,6 +41,10 @@ __all__ = [
 _FLASH_KV_TILE = 128.0
 #: FlashAttention backward runs 5 matmuls against 2 forward (it recomputes S): 2.5× (§C1.2).
 _FLASH_BWD = 2.5
+#: FlashAttention-2 holds a Q block of B_r rows and K and V blocks of B_c = B_r rows (d_h wide)
+#: in shared memory, B_r ≤ 128 (Dao, arXiv 2307.08691, Algorithm 1; docs/model.md §C6.2).
+_FLASH_MAX_BLOCK = 128.0
+_FLASH_BLOCKS_IN_SRAM = 3.0
 
 
 class GemmTimes(NamedTuple):
@@ -120,9 +124,28 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     attn_rate = peak * caps.attention_efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
-    flash_f = o.maximum(attn_flops / attn_rate, qkvo_bytes / hbm_rate) + caps.kernel_launch_s
-    flash_b = o.maximum(_FLASH_BWD * attn_flops / attn_rate, 2 * qkvo_bytes / hbm_rate) + (
-        caps.kernel_launch_s
+    # The shared memory sizes the Q block: B_r = min(128, L1 / (3·d_h·p)); K and V stream
+    # through L2 once per Q block (causal: the lower triangle).
+    block = _FLASH_MAX_BLOCK / o.maximum(
+        1.0,
+        _FLASH_BLOCKS_IN_SRAM
+        * d_h
+        * p
+        * _FLASH_MAX_BLOCK
+        / o.maximum(caps.l1_capacity_per_sm_B, 4.0),
+    )
+    kv_reread = s_loc / block * 2 * s * i.kv * d_h * mb / i.tp * p * causal
+    l2_rate = caps.l2_bandwidth_Bps
+    flash_f = (
+        o.maximum(o.maximum(attn_flops / attn_rate, qkvo_bytes / hbm_rate), kv_reread / l2_rate)
+        + caps.kernel_launch_s
+    )
+    flash_b = (
+        o.maximum(
+            o.maximum(_FLASH_BWD * attn_flops / attn_rate, 2 * qkvo_bytes / hbm_rate),
+            2 * kv_reread / l2_rate,
+        )
+        + caps.kernel_launch_s
     )
     scores = heads_loc * s_loc * s  # elements of the score matrix on this device
     drop = i.x["dropout"]

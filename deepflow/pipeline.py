@@ -2,6 +2,9 @@
 
 ``search_study``: (optional surrogate preparation) -> search -> verify -> result files.
 ``run_study`` (``deepflow run``): sample -> fit -> search -> verify -> report.
+
+This module sits above the layers it strings together (datasets, surrogate, search, report);
+none of them imports it.
 The result folder's files are described in ``docs/results.md``; each is written to a
 temporary name and renamed, so a folder never holds a half-written file.
 """
@@ -22,8 +25,8 @@ import numpy as np
 
 from deepflow import __version__
 from deepflow.datasets.io import oracle_version
-from deepflow.errors import ConfigError
-from deepflow.search.engine import SearchConfig, SearchResult, dumps, run_search
+from deepflow.errors import DeepflowError
+from deepflow.search.base import SearchConfig, SearchResult, dumps, run_search
 from deepflow.search.problem import OracleProblem
 from deepflow.search.study import Study, to_mapping
 from deepflow.search.verify import verify_pareto
@@ -123,7 +126,7 @@ def write_results(
     from deepflow.search.space import SearchSpace
 
     u = SearchSpace(problem_space).to_unit(result.z[index])
-    infos = [result.history.info[i] if i < len(result.history.info) else {} for i in index]
+    infos = [result.info[i] if i < len(result.info) else {} for i in index]
     designs, mismatch = verify_pareto(problem_space, u, rows.iloc[index], result.objectives, infos)
     timings["verify"] = time.perf_counter() - start
     objectives = [
@@ -155,7 +158,7 @@ def write_results(
         "seed": study.search.seed,
         "budget": study.search.budget,
         "num_evaluations": len(rows),
-        "num_feasible": int(result.history.feasible.sum()),
+        "num_feasible": int(result.feasible.sum()),
         "num_pareto": len(designs),
         "objectives": objectives,
         "hypervolume": result.hypervolume,
@@ -202,8 +205,10 @@ def search_study(
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _search_study(study, out, storage, progress, timings)
-    except ConfigError:
-        if created:  # rejected input (e.g. a storage holding another study): leave nothing
+    except DeepflowError:
+        # Rejected input (a storage holding another study, bad credentials) or a storage
+        # that cannot be reached: leave nothing behind.
+        if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
 
