@@ -277,12 +277,24 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
         raise ConfigError(
             f"--address {address}: no Ray cluster answers there ({str(exc).splitlines()[0]})."
         ) from None
+    head = str(ray.get_runtime_context().gcs_address)
+    lost = False
     try:
         remote = ray.remote(num_cpus=1)(compute_chunk_to)
         folder = str(parts.resolve())
         pending = [remote.remote(job, *c, folder) for c in chunks]
+        silent_s = 0.0
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, pending = ray.wait(pending, num_returns=1, timeout=_HEAD_POLL_s)
+            if not done:  # nothing finished for a while: is the head still there?
+                silent_s = 0.0 if _answers(head) else silent_s + _HEAD_POLL_s
+                if silent_s >= _HEAD_LOST_s:
+                    lost = True
+                    raise StorageError(
+                        f"the Ray head at {head} stopped answering; the finished chunks are "
+                        f"kept in {parts}: run again with --resume once a cluster is up."
+                    )
+                continue
             try:
                 result = ray.get(done[0])
             except ray.exceptions.RayTaskError as exc:  # the worker's own error, one line
@@ -292,7 +304,26 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
             index, rows, sha = result
             yield index, None, (rows, sha)
     finally:
-        ray.shutdown()
+        if not lost:  # with the head gone, Ray's shutdown waits a minute for it
+            ray.shutdown()
+
+
+#: How often the driver looks for the Ray head while no chunk finishes, and how long it may
+#: stay silent before the run stops (Ray itself waits 60 s, then exits without a word).
+_HEAD_POLL_s = 1.0
+_HEAD_LOST_s = 5.0
+
+
+def _answers(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (the Ray head's GCS)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=_HEAD_POLL_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 # ------------------------------------------------------------------------------ manifest

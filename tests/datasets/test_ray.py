@@ -3,6 +3,7 @@ no parts folder behind."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,83 @@ def test_ray_workers_write_the_parts_and_the_file_is_the_local_one(
     assert written and not any(name.startswith("chunk-") for name in written), written
     assert (tmp_path / "l.parquet").read_bytes() == (tmp_path / "r.parquet").read_bytes()
     assert not (tmp_path / "r.parquet.parts").exists()
+
+
+def _pids_of(marker: str) -> list[int]:
+    """Processes whose command line holds ``marker`` (this test's Ray temp folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_lost_head_stops_the_run_with_the_resume_hint(tmp_path: Path) -> None:
+    """A real cluster (ray start --head); its head killed mid-run: one line within seconds
+    (Ray alone waits a minute and exits without a word), the chunks kept, --resume finishes."""
+    import json
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[dist]')")
+    ray_dir = tempfile.mkdtemp(prefix="dfray", dir="/tmp")  # Ray's socket paths must be short
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    ray_bin = Path(sys.executable).with_name("ray")
+    out = tmp_path / "d.parquet"
+    try:
+        subprocess.run([str(ray_bin), "start", "--head", "--port", str(port), "--temp-dir",
+                        ray_dir, "--num-cpus", "2", "--include-dashboard", "false",
+                        "--disable-usage-stats"], env=env, check=True, capture_output=True,
+                       timeout=120)  # fmt: skip
+        args = [sys.executable, "-m", "deepflow", "sample", "llm-pathfinding", "--num-samples",
+                "1000000", "--chunk-rows", "2048", "--out", str(out)]  # fmt: skip
+        run = subprocess.Popen([*args, "--backend", "ray", "--address", f"127.0.0.1:{port}"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+        manifest = out.with_name("d.parquet.parts") / "manifest.json"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            if manifest.is_file() and json.loads(manifest.read_text())["chunks"]:
+                break
+            time.sleep(0.2)
+        assert run.poll() is None, run.communicate()
+        for pid in _pids_of(ray_dir):  # the head: its GCS and raylet
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"gcs_server" in cmdline or b"raylet" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = run.communicate(timeout=90)
+        assert time.monotonic() - killed < 45
+        assert run.returncode == 1
+        head = (
+            f":{port} stopped answering; the finished chunks are kept in {out}.parts: run "
+            "again with --resume once a cluster is up."
+        )
+        assert head in stderr.splitlines()[-1] and "Traceback" not in stderr
+        assert stderr.splitlines()[-1].startswith("error: the Ray head at ")
+        kept = json.loads(manifest.read_text())["chunks"]
+        assert kept
+    finally:
+        for pid in _pids_of(ray_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    resumed = subprocess.run([*args, "--workers", "2", "--resume", "--json"], env=env,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    assert result["resumed_rows"] == sum(c["rows"] for c in kept.values())
+    assert result["num_rows"] == 1000000 and not out.with_name("d.parquet.parts").exists()
