@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,86 @@ def _pids_of(marker: str) -> list[int]:
             if marker in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.fixture
+def ray_cluster(tmp_path: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """A real local cluster (``ray start --head``, 2 CPUs): (port, its temp folder, env).
+    Its processes (found by the temp folder in their command line) are killed afterwards."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[dist]')")
+    ray_dir = tempfile.mkdtemp(prefix="dfray", dir="/tmp")  # Ray's socket paths must be short
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    try:
+        subprocess.run([str(Path(sys.executable).with_name("ray")), "start", "--head", "--port",
+                        str(port), "--temp-dir", ray_dir, "--num-cpus", "2",
+                        "--include-dashboard", "false", "--disable-usage-stats"], env=env,
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        yield port, ray_dir, env
+    finally:
+        import psutil
+
+        for pid in _pids_of(ray_dir):
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(pid).children(recursive=True):
+                    child.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _wait_for_a_chunk(parts: Path, run: Any) -> None:
+    import json
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.poll() is None:
+        manifest = parts / "manifest.json"
+        if manifest.is_file() and json.loads(manifest.read_text())["chunks"]:
+            return
+        time.sleep(0.1)
+    assert run.poll() is None, run.communicate()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_changes_nothing(ray_cluster: tuple[int, str, dict[str, str]],
+                                         tmp_path: Path) -> None:  # fmt: skip
+    """On a `ray start --head` cluster joined with --address: a worker killed mid-run is
+    replaced (Ray retries its task), and the file is the local backend's, byte for byte."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from deepflow.datasets import sample
+
+    port, ray_dir, env = ray_cluster
+    out = tmp_path / "r.parquet"
+    args = [sys.executable, "-m", "deepflow", "sample", "llm-pathfinding", "--num-samples",
+            "300000", "--chunk-rows", "2048"]  # fmt: skip
+    run = subprocess.Popen([*args, "--out", str(out), "--backend", "ray", "--address",
+                            f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _wait_for_a_chunk(tmp_path / "r.parquet.parts", run)
+    raylets = [pid for pid in _pids_of(ray_dir)
+               if b"raylet" in Path(f"/proc/{pid}/cmdline").read_bytes()]  # fmt: skip
+    workers = [c for pid in raylets for c in psutil.Process(pid).children(recursive=True)
+               if "compute_chunk_to" in " ".join(c.cmdline())]  # fmt: skip
+    assert workers, "no busy Ray worker found"
+    workers[0].kill()
+    _, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr
+    sample("llm-pathfinding", num_samples=300000, out=tmp_path / "l.parquet", workers=2,
+           chunk_size=2048)  # fmt: skip
+    assert out.read_bytes() == (tmp_path / "l.parquet").read_bytes()
 
 
 @pytest.mark.slow
