@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,7 @@ def ray_cluster(tmp_path: Path) -> Iterator[tuple[int, str, dict[str, str]]]:
                     child.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_dir, ignore_errors=True)  # Ray's session logs
 
 
 def _wait_for_a_chunk(parts: Path, run: Any) -> None:
@@ -240,6 +242,7 @@ def test_a_lost_head_stops_the_run_with_the_resume_hint(tmp_path: Path) -> None:
         for pid in _pids_of(ray_dir):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_dir, ignore_errors=True)  # Ray's session logs
     resumed = subprocess.run([*args, "--workers", "2", "--resume", "--json"], env=env,
                              capture_output=True, text=True, timeout=600)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
