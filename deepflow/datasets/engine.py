@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -117,7 +117,55 @@ def compute_chunk(job: _Job, index: int, start: int, stop: int,
     """
     _reuse_freed_memory()
     space = _worker_space(job.text, job.file, job.base_dir, job.config_path)
+    _check_worker_oracle(job)
     return index, table_bytes(_label_chunk(space, job, start, stop, u), temporary=True)
+
+
+def compute_chunk_to(job: _Job, index: int, start: int, stop: int,
+                     parts: str) -> tuple[int, int, str]:  # fmt: skip
+    """Ray worker entry point: compute a chunk and write it into the parts folder ``parts``
+    itself (through ``pyarrow.fs``: a temporary name, then a move), so that no row travels
+    through the driver. Returns (index, rows, SHA-256 of the file) for the manifest.
+    """
+    import socket
+
+    from pyarrow import fs
+
+    _reuse_freed_memory()
+    space = _worker_space(job.text, job.file, job.base_dir, job.config_path)
+    _check_worker_oracle(job)
+    data = table_bytes(_label_chunk(space, job, start, stop, None), temporary=True)
+    filesystem, folder = fs.FileSystem.from_uri(parts) if "://" in parts else (
+        fs.LocalFileSystem(), parts)  # fmt: skip
+    final = _chunk_path(Path(folder), index)
+    tmp = final.with_name(f".{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    try:
+        with filesystem.open_output_stream(tmp.as_posix()) as fh:
+            fh.write(data)
+        filesystem.move(tmp.as_posix(), final.as_posix())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            filesystem.delete_file(tmp.as_posix())
+        raise
+    return index, stop - start, hashlib.sha256(data).hexdigest()
+
+
+def _check_worker_oracle(job: _Job) -> None:
+    """A worker must label with the driver's oracle (sources and calibration files): a node
+    with another deepflow would mix two oracles in one dataset.
+
+    Raises:
+        DeepflowError: names the worker's host and both versions.
+    """
+    here = oracle_version()
+    if here != job.oracle_version:
+        import socket
+
+        raise DeepflowError(
+            f"a worker on {socket.gethostname()} runs oracle {here}, the driver "
+            f"{job.oracle_version}; install the same deepflow and calibration files on every "
+            "node (DEEPFLOW_CONFIG_PATH as on the driver)."
+        )
 
 
 def _warm_up(job: _Job) -> None:
@@ -170,8 +218,9 @@ def _reuse_freed_memory() -> None:
 
 # ------------------------------------------------------------------------------ backends
 Chunk = tuple[int, int, int]
-#: A finished chunk: its index, its Parquet bytes and, when computed in this process, its table.
-Result = tuple[int, bytes, pa.Table | None]
+#: A finished chunk: its index, its Parquet bytes and, when computed in this process, its table;
+#: or, when a worker wrote the part file itself, (index, None, (rows, SHA-256)).
+Result = tuple[int, bytes | None, pa.Table | tuple[int, str] | None]
 
 
 def _run_local(job: _Job, chunks: list[Chunk], workers: int,
@@ -200,8 +249,8 @@ def _run_local(job: _Job, chunks: list[Chunk], workers: int,
             yield *result, None
 
 
-def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
-             address: str | None) -> Iterator[Result]:  # fmt: skip
+def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
+             parts: Path) -> Iterator[Result]:  # fmt: skip
     if address is None:
         # Ray 2.60 turns on token authentication by default; a private local cluster needs none.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -211,18 +260,70 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
         raise ConfigError(
             "--backend ray needs Ray: install the dist extra (pip install -e '.[dist]')."
         ) from exc
-    if address is not None:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=1)(compute_chunk)
-        pending = [remote.remote(job, *c) for c in chunks]
+        if address is not None:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    except ValueError as exc:
+        if "existing cluster" not in str(exc):
+            raise
+        raise ConfigError(
+            "--backend ray: a Ray cluster is already running on this machine; join it with "
+            "--address auto (its nodes need this deepflow installed), or stop it (ray stop) "
+            "to sample on a private one."
+        ) from None
+    except ConnectionError as exc:
+        raise ConfigError(
+            f"--address {address}: no Ray cluster answers there ({str(exc).splitlines()[0]})."
+        ) from None
+    head = str(ray.get_runtime_context().gcs_address)
+    lost = False
+    try:
+        remote = ray.remote(num_cpus=1)(compute_chunk_to)
+        folder = str(parts.resolve())
+        pending = [remote.remote(job, *c, folder) for c in chunks]
+        silent_s = 0.0
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield *ray.get(done[0]), None
+            done, pending = ray.wait(pending, num_returns=1, timeout=_HEAD_POLL_s)
+            if not done:  # nothing finished for a while: is the head still there?
+                silent_s = 0.0 if _answers(head) else silent_s + _HEAD_POLL_s
+                if silent_s >= _HEAD_LOST_s:
+                    lost = True
+                    raise StorageError(
+                        f"the Ray head at {head} stopped answering; the finished chunks are "
+                        f"kept in {parts}: run again with --resume once a cluster is up."
+                    )
+                continue
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:  # the worker's own error, one line
+                if isinstance(exc.cause, DeepflowError):
+                    raise DeepflowError(str(exc.cause)) from None
+                raise
+            index, rows, sha = result
+            yield index, None, (rows, sha)
     finally:
-        ray.shutdown()
+        if not lost:  # with the head gone, Ray's shutdown waits a minute for it
+            ray.shutdown()
+
+
+#: How often the driver looks for the Ray head while no chunk finishes, and how long it may
+#: stay silent before the run stops (Ray itself waits 60 s, then exits without a word).
+_HEAD_POLL_s = 1.0
+_HEAD_LOST_s = 5.0
+
+
+def _answers(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (the Ray head's GCS)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=_HEAD_POLL_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 # ------------------------------------------------------------------------------ manifest
@@ -418,20 +519,33 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
     workers = min(workers, max(len(pending), 1))
     results: Iterable[Result] = (
         () if not pending
-        else _run_ray(job, pending, workers, address) if backend == "ray"
+        else _run_ray(job, pending, workers, address, parts) if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
-    with _Assembly(loaded, parts, chunks, schema, params) as assembly, _closing(results):
+    with (
+        _forget_if_nothing_done(parts, done),
+        _Assembly(loaded, parts, chunks, schema, params) as assembly,
+        _closing(results),
+    ):
         assembly.append_ready(done)
-        for index, data, table in results:
-            footer = pq.read_metadata(pa.BufferReader(data))
+        for index, data, extra in results:
+            if data is None:  # a worker wrote the part file itself
+                rows, sha = cast(tuple[int, str], extra)
+                footer = pq.read_metadata(_chunk_path(parts, index))
+                if footer.num_rows != rows:
+                    raise DeepflowError(f"chunk {index}: the part file holds {footer.num_rows} "
+                                        f"rows; its worker wrote {rows}.")  # fmt: skip
+            else:
+                footer = pq.read_metadata(pa.BufferReader(data))
+                sha = hashlib.sha256(data).hexdigest()
             if not footer.schema.to_arrow_schema().equals(schema):
                 raise DeepflowError(f"chunk {index}: columns differ from the space's schema.")
-            write_atomic(_chunk_path(parts, index), data)
-            done[str(index)] = {"rows": footer.num_rows,
-                                "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+            if data is not None:
+                write_atomic(_chunk_path(parts, index), data)
+            done[str(index)] = {"rows": footer.num_rows, "sha256": sha}
             _write_manifest(parts, params, done)
-            assembly.append_ready(done, index, table if table is not None else data)
+            assembly.append_ready(done, index, extra if isinstance(extra, pa.Table) else (
+                data or b""))  # fmt: skip
             rows_done += footer.num_rows
             if progress is not None:
                 progress(rows_done, num_samples)
@@ -440,6 +554,18 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
     return SampleResult(path=out_path, num_rows=num_samples, num_feasible=feasible,
                         num_chunks=len(chunks), resumed_rows=resumed,
                         seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _forget_if_nothing_done(parts: Path, done: dict[str, Any]) -> Iterator[None]:
+    """A run that fails before any chunk is recorded leaves no parts folder (it would block
+    the next run and holds nothing to resume)."""
+    try:
+        yield
+    except BaseException:
+        if not done:
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -526,7 +652,8 @@ class _Assembly:
             if k == index and isinstance(data, pa.Table):
                 table = data
             else:  # (ParquetFile.read: read_table would import pandas for its metadata)
-                source = pa.BufferReader(data) if k == index else _chunk_path(self._parts, k)
+                held = k == index and isinstance(data, bytes) and data
+                source = pa.BufferReader(data) if held else _chunk_path(self._parts, k)
                 table = pq.ParquetFile(source).read()
             if not table.schema.equals(self._schema):
                 raise DeepflowError(f"chunk {k}: columns differ from the space's schema.")
