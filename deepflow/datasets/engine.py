@@ -214,7 +214,11 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int,
     if address is not None:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        # "local": a private cluster even when another one runs on this machine. Without
+        # it Ray joins the cluster named by RAY_ADDRESS or /tmp/ray/ray_current_cluster (the
+        # last `ray start`, anyone's) and rejects num_cpus with a ValueError (ray.init's
+        # docstring, "address"; Ray 2.60 _private/services.py).
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
         remote = ray.remote(num_cpus=1)(compute_chunk)
         pending = [remote.remote(job, *c) for c in chunks]
