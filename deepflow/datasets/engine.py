@@ -264,15 +264,12 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
         if address is not None:
             ray.init(address=address, log_to_driver=False)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    except ValueError as exc:
-        if "existing cluster" not in str(exc):
-            raise
-        raise ConfigError(
-            "--backend ray: a Ray cluster is already running on this machine; join it with "
-            "--address auto (its nodes need this deepflow installed), or stop it (ray stop) "
-            "to sample on a private one."
-        ) from None
+            # "local": a private cluster even when another one runs on this machine. Without
+            # it Ray joins the cluster named by RAY_ADDRESS or /tmp/ray/ray_current_cluster
+            # (the last `ray start`, anyone's) and rejects num_cpus with a ValueError
+            # (ray.init's docstring, "address"; Ray 2.60 _private/services.py).
+            ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                     log_to_driver=False)  # fmt: skip
     except ConnectionError as exc:
         raise ConfigError(
             f"--address {address}: no Ray cluster answers there ({str(exc).splitlines()[0]})."

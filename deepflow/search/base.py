@@ -38,7 +38,7 @@ from deepflow.search.objectives import Bound, Objective, constraint_matrix, norm
 from deepflow.search.pareto import hypervolume, pareto_mask
 from deepflow.search.problem import Problem
 from deepflow.search.registry import REGISTRY
-from deepflow.search.storage import Design, Slot, Store, finite, open_store, wait
+from deepflow.search.storage import Design, Slot, Store, design_key, finite, open_store, wait
 from deepflow.search.study import SearchSettings, SurrogateSettings
 
 __all__ = [
@@ -514,10 +514,13 @@ class _Loop:
     def run(self) -> None:
         budget = self.config.search.budget
         fruitless = 0  # asks in a row whose designs were all stored already
+        stuck_at = 0  # how many trials the study had at the last fruitless ask
         while True:
             start = time.perf_counter()
             slots = self.store.slots()
             self.timings["store"] += time.perf_counter() - start
+            if fruitless and len(slots) != stuck_at:
+                fruitless = 0  # the study has grown since: not the same dead end
             self._tell_new(slots)
             done = sum(s.complete for s in slots)
             if self.progress is not None:
@@ -539,8 +542,15 @@ class _Loop:
                 mine = self.store.reserve(designs, budget=budget, distinct=distinct)
                 self.timings["store"] += time.perf_counter() - start
                 if not mine:
-                    fruitless += 1
-                    continue  # taken by another worker meanwhile: read again, ask again
+                    # Only designs stored before this ask count as fruitless: designs taken
+                    # by another worker meanwhile (two workers told the same trials ask with
+                    # the same seed) are a lost race, and counting those let a worker that
+                    # lost five races store a design twice.
+                    stored = {design_key(s.z) for s in slots}
+                    if all(design_key(d.z) in stored for d in designs):
+                        fruitless += 1
+                        stuck_at = len(slots)
+                    continue  # read again, ask again
                 fruitless = 0
             self._evaluate(mine)
 

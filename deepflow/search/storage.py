@@ -134,7 +134,8 @@ def _pid_alive(worker: dict[str, Any]) -> bool:
     return True
 
 
-def _zkey(z: Sequence[float]) -> tuple[float, ...]:
+def design_key(z: Sequence[float]) -> tuple[float, ...]:
+    """What makes two designs the same trial: their coordinates to 9 digits."""
     return tuple(round(float(v), 9) for v in z)
 
 
@@ -187,13 +188,13 @@ class Store:
         first = -1
         with self._locked():
             existing = self.slots()
-            taken = {_zkey(s.z) for s in existing}
+            taken = {design_key(s.z) for s in existing}
             room = budget - len(existing)
             keep: list[Design] = []
             for d in designs:
                 if len(keep) >= room:
                     break
-                key = _zkey(d.z)
+                key = design_key(d.z)
                 if key not in taken or not distinct:
                     taken.add(key)
                     keep.append(d)

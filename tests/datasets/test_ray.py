@@ -39,20 +39,6 @@ def _sample(out: Path, *extra: str) -> Any:
                                "--backend", "ray", "--workers", "1", *extra])  # fmt: skip
 
 
-def test_an_existing_cluster_without_address(ray_init: Any, tmp_path: Path) -> None:
-    # What ray.init(num_cpus=...) raises when `ray start` already runs on the machine.
-    ray_init(ValueError("When connecting to an existing cluster, num_cpus and num_gpus must "
-                        "not be provided."))  # fmt: skip
-    result = _sample(tmp_path / "d.parquet")
-    assert result.exit_code == 2
-    assert result.stderr.endswith(
-        "error: --backend ray: a Ray cluster is already running on this machine; join it with "
-        "--address auto (its nodes need this deepflow installed), or stop it (ray stop) to "
-        "sample on a private one.\n"
-    )
-    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no d.parquet.parts/ to block
-
-
 def test_an_address_where_no_cluster_answers(ray_init: Any, tmp_path: Path) -> None:
     ray_init(ConnectionError("Could not find any running Ray instance.\nmore"))
     result = _sample(tmp_path / "d.parquet", "--address", "10.0.0.9:6379")

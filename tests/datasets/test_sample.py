@@ -306,8 +306,13 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_ray_backend_equals_local(mapping_file: Path, tmp_path: Path) -> None:
+def test_ray_backend_equals_local(
+    mapping_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[dist]')")
+    # Another cluster on this machine (RAY_ADDRESS, or anyone's `ray start`) is not joined:
+    # without --address the run starts its own (nothing listens at this address).
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
     local = sample(mapping_file, num_samples=400, out=tmp_path / "l.parquet", workers=1)
     distributed = sample(mapping_file, num_samples=400, out=tmp_path / "r.parquet",
                          backend="ray", workers=2)  # fmt: skip

@@ -69,12 +69,20 @@ _WORKER = textwrap.dedent("""
     from search.test_contract import config
     from deepflow.search.base import run_search
 
+    import pathlib
+
     class Slow(ToyProblem):
         def evaluate(self, u):
+            # Wait (a minute at most) until two workers evaluate: on a loaded machine one
+            # worker could otherwise finish the budget before the others have started.
+            pathlib.Path({out!r} + ".busy").touch()
+            deadline = time.monotonic() + 60
+            while (len(list(pathlib.Path({out!r}).parent.glob("worker*.json.busy"))) < 2
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
             time.sleep(0.2)
             return super().evaluate(u)
 
-    import pathlib
     pathlib.Path({out!r} + ".ready").touch()  # imports done: start together
     while not pathlib.Path({go!r}).exists():
         time.sleep(0.01)
