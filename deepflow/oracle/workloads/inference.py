@@ -25,6 +25,7 @@ shapes and kernels (:mod:`deepflow.oracle.workloads.transformer`):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,35 @@ INFERENCE_COLUMNS = (
 _FLASH_KV_TILE = 128.0
 
 
+def _active_batch(
+    caps: DeviceCaps, x: Mapping[str, Any], cal: MemoryCalibration, layers: Any, p_act: float
+) -> tuple[Any, Any]:
+    """The KV-cache capacity in requests and the active batch: continuous batching holds what
+    the cache fits and queues the rest (docs/model.md Part D)."""
+    memory, per_request = _memory(caps, x, cal, layers, p_act)
+    # total = (weights + workspace + B·per_request)·(1 + fragmentation) + context + NCCL
+    fixed = (memory["weights"] + memory["workspace"]) * (1 + cal.fragmentation) + (
+        memory["cuda_context"] + memory["nccl_buffers"]
+    )
+    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
+    capacity = np.floor(np.maximum(free, 0.0) / per_request)
+    batch = np.where(capacity >= 1, np.minimum(x["global_batch_size"], capacity),
+                     x["global_batch_size"])  # fmt: skip
+    return capacity, batch
+
+
+def _streamed_gemm(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any = 1.0) -> Any:
+    """A decode GEMM of a few rows: GEMV / split-K kernels (TensorRT-LLM's, cuBLASLt's
+    stream-K) spread the weight over every SM, so it runs at the roofline of its bytes and
+    FLOPs rather than on a handful of output tiles (docs/model.md §D1)."""
+    nbytes = batch * (m * k + k * n + m * n) * caps.bytes_per_element
+    flops = 2 * batch * m * n * k
+    return np.maximum(flops / (caps.peak_flops * caps.gemm_efficiency),
+                      nbytes / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)) + (
+        caps.kernel_launch_s
+    )  # fmt: skip
+
+
 def inference_step(
     caps: DeviceCaps, net: NetworkModel, x: Mapping[str, Any], cal: MemoryCalibration
 ) -> dict[str, Any]:
@@ -70,15 +100,7 @@ def inference_step(
     p_act = max(caps.bytes_per_element, 2.0)  # activations and messages stay 16-bit (§C6.4)
     layers = np.ceil(L / pp)
     # continuous batching holds what the KV cache fits and queues the rest: the active batch
-    memory, per_request = _memory(caps, x, cal, layers, p_act)
-    # total = (weights + workspace + B·per_request)·(1 + fragmentation) + context + NCCL
-    fixed = (memory["weights"] + memory["workspace"]) * (1 + cal.fragmentation) + (
-        memory["cuda_context"] + memory["nccl_buffers"]
-    )
-    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
-    capacity = np.floor(np.maximum(free, 0.0) / per_request)
-    batch = np.where(capacity >= 1, np.minimum(x["global_batch_size"], capacity),
-                     x["global_batch_size"])  # fmt: skip
+    capacity, batch = _active_batch(caps, x, cal, layers, p_act)
     x = {**x, "global_batch_size": batch}
     memory, _ = _memory(caps, x, cal, layers, p_act)
 
@@ -86,7 +108,7 @@ def inference_step(
         """One layer on one device for ``tokens`` new tokens attending to ``context`` each."""
         mlp_tokens = np.where(moe, tokens * topk * ep / experts, tokens)
         local = np.maximum(experts / ep, 1.0)
-        mm = _streamed_gemm if decode else o.gemm
+        mm = partial(_streamed_gemm, caps) if decode else o.gemm
         gemm = (
             mm(tokens, (a + 2 * kv) * d_h / tp, h)
             + mm(tokens, h, a * d_h / tp)
@@ -109,19 +131,8 @@ def inference_step(
                                                tp), 0.0)  # fmt: skip
         return {"gemm": gemm, "attention": attention, "elementwise": elementwise, "comm": comm}
 
-    def _streamed_gemm(m: Any, n: Any, k: Any, batch: Any = 1.0) -> Any:
-        """A decode GEMM of a few rows: GEMV / split-K kernels (TensorRT-LLM's, cuBLASLt's
-        stream-K) spread the weight over every SM, so it runs at the roofline of its bytes
-        and FLOPs rather than on a handful of output tiles (docs/model.md §D1)."""
-        nbytes = batch * (m * k + k * n + m * n) * caps.bytes_per_element
-        flops = 2 * batch * m * n * k
-        return np.maximum(flops / (caps.peak_flops * caps.gemm_efficiency),
-                          nbytes / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)) + (
-            caps.kernel_launch_s
-        )  # fmt: skip
-
     def head_time(tokens: Any) -> Any:
-        return _slow16(caps) * _streamed_gemm(tokens, vocab / tp, h)
+        return _slow16(caps) * _streamed_gemm(caps, tokens, vocab / tp, h)
 
     send = o.coll("send_recv", batch * h * p_act / tp, 2.0, tp * dp)
     prompt = batch * s_in
