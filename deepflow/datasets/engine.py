@@ -265,7 +265,7 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
             ray.init(address=address, log_to_driver=False)
         else:
             # "local": a private cluster even when another one runs on this machine. Without
-            # it Ray joins the cluster named by RAY_ADDRESS or /tmp/ray/ray_current_cluster
+            # it Ray joins the cluster named by RAY_ADDRESS or by its current-cluster file
             # (the last `ray start`, anyone's) and rejects num_cpus with a ValueError
             # (ray.init's docstring, "address"; Ray 2.60 _private/services.py).
             ray.init(address="local", num_cpus=workers, include_dashboard=False,

@@ -36,6 +36,7 @@ from deepflow.config.specs import MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.base import StepResult, Workload
+from deepflow.oracle.workloads.transformer.columns import transformer_values
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 from deepflow.oracle.workloads.transformer.shapes import params_per_layer
 
@@ -219,25 +220,12 @@ class InferenceWorkload(Workload):
         model = workload.model
         assert isinstance(model, TransformerSpec)
         kv = workload.kv_cache_precision or workload.precision
-        return {
-            "num_layers": float(model.num_layers),
-            "hidden_size": float(model.hidden_size),
-            "num_attention_heads": float(model.num_attention_heads),
-            "num_kv_heads": float(model.num_kv_heads),
-            "ffn_hidden_size": float(model.ffn_hidden_size),
-            "swiglu": float(model.ffn_activation == "swiglu"),
-            "vocab_size": float(model.vocab_size),
-            "num_experts": float(model.num_experts),
-            "experts_per_token": float(model.experts_per_token),
+        values = transformer_values(model, mapping, workload.global_batch_size) | {
             "input_tokens": float(workload.input_tokens),
             "output_tokens": float(workload.output_tokens),
-            "global_batch_size": float(workload.global_batch_size),
             "kv_cache_bytes": BYTES_PER_ELEMENT[kv],
-            "tensor_parallel": float(mapping.tensor_parallel),
-            "pipeline_parallel": float(mapping.pipeline_parallel),
-            "data_parallel": float(mapping.data_parallel),
-            "expert_parallel": float(mapping.expert_parallel),
         }
+        return {k: values[k] for k in INFERENCE_COLUMNS}
 
     def step(
         self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
