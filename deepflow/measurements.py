@@ -79,7 +79,8 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: other sources from their text and year; a test checks it reproduces this table.
 #: The memory-relevant and late-added flags, the same for every public group (Megatron-style
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
-_CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True}
+_CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
+            "tp_async_backward": True}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -253,7 +254,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
                            r"fused_attn|attn_impl: ?(flash|triton)", text))  # fmt: skip
     flash = not unfused and (fused or year >= 2023)
     tp_overlap = bool(re.search(r"tp[-_ ]comm[-_ ]overlap|tp communication overlap|userbuffers",
-                                text))  # fmt: skip
+                                text)) or _async_tp(case, text)  # fmt: skip
     blocking_zero3 = "deepspeed" in text and zero >= 3 and year <= 2021
     no_overlap = bool(re.search(r"no (dp |data[- ]parallel )?overlap|overlap: ?(false|no)", text))
     old_megatron = "megatron" in text and year <= 2022 and "overlap-grad-reduce" not in text
@@ -273,7 +274,20 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
             # float8 (torchao, torchtitan) casts per use
             "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
+            # Megatron's asynchronous backward TP collectives; DTensor (torchtitan) waits
+            # on each before its consumer (docs/model.md §C3.2)
+            "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, software_date(case))}  # fmt: skip
+
+
+def _async_tp(case: dict[str, Any], text: str) -> bool:
+    """PyTorch's async tensor parallelism (torchtitan ``enable_async_tensor_parallel``; the
+    all-gather/reduce-scatter decomposed with the matmuls, docs/model.md §C3.2): the case's
+    ``training.async_tp`` where it says, else its text."""
+    stated = (case.get("training") or {}).get("async_tp")
+    if isinstance(stated, bool):
+        return stated
+    return bool(re.search(r"async ?tp\b|asynctp|async[_ -]tensor[_ -]parallel", text))
 
 
 def software_date(case: dict[str, Any]) -> tuple[int, int]:
@@ -384,7 +398,7 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:
     text = str((case.get("training") or {}).get("precision") or "").lower()
     peaks = device_raw.get("peak_dense_TFLOPS") or {}
-    if "fp8" in text and "fp8" in peaks:
+    if re.search(r"fp8|float8", text) and "fp8" in peaks:  # mxfp8 too
         return "fp8"
     if "bf16" in peaks and not ("fp16" in text and "bf16" not in text):
         return "bf16"
@@ -405,18 +419,62 @@ def _stated_peak_tflops(case: dict[str, Any], precision: str) -> float | None:
     return float(used) if isinstance(used, int | float) else None
 
 
+def _hardware_text(case: dict[str, Any]) -> str:
+    hardware = case.get("hardware") or {}
+    return " ".join(str(hardware.get(k) or "") for k in ("accelerator", "system", "notes")).lower()
+
+
+def _number_or_none(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def _power_limit_W(case: dict[str, Any]) -> float | None:
+    """An enforced power limit the case states (``hardware.power_limit_W``, or "500W power
+    limit", "power capped at 450 W" in its hardware text); a TDP is not a limit."""
+    stated = _number_or_none(_get(case.get("hardware"), "power_limit_W", "power_limit_w"))
+    if stated is not None:
+        return stated
+    text, watts = _hardware_text(case), r"(\d{2,4}(?:\.\d+)?) ?w"
+    match = re.search(watts + r"(?:atts?)? (?:power[- ]?)?(?:limit|cap)\b", text) or re.search(
+        r"power[- ]?(?:limit(?:ed)?|cap(?:ped)?)(?: of| at| to)? " + watts + r"\b", text
+    )
+    return float(match.group(1)) if match else None
+
+
+def _hbm_bandwidth_GBps(case: dict[str, Any]) -> float | None:
+    """The memory bandwidth the case states (``hardware.memory_bandwidth_TBps`` / ``_GBps``,
+    or "2.4 TB/s" in its hardware text)."""
+    hardware = case.get("hardware") or {}
+    tbps = _number_or_none(_get(hardware, "memory_bandwidth_TBps", "hbm_bandwidth_TBps"))
+    if tbps is not None:
+        return 1000.0 * tbps
+    gbps = _number_or_none(_get(hardware, "memory_bandwidth_GBps", "hbm_bandwidth_GBps"))
+    if gbps is not None:
+        return gbps
+    match = re.search(r"(\d+(?:\.\d+)?) ?tb/s", _hardware_text(case))
+    return 1000.0 * float(match.group(1)) if match else None
+
+
 def _device(case: dict[str, Any], preset: str, precision: str) -> str | dict[str, Any]:
-    """The preset, or the preset with the case's stated memory and peak where they differ."""
+    """The preset, or the preset with the case's stated memory, memory bandwidth, peak and
+    power limit where they differ."""
     raw = _preset_raw("devices", preset)
     hardware = case.get("hardware") or {}
     override: dict[str, Any] = {}
     memory = _get(hardware, "memory_gb", "memory_GB", "hbm_gb")
     if isinstance(memory, int | float) and abs(memory - raw["hbm_capacity_GiB"]) > 1:
         override["hbm_capacity_GiB"] = float(memory)  # vendor "GB" are binary-sized (presets)
+    bandwidth = _hbm_bandwidth_GBps(case)
+    if bandwidth is not None and abs(bandwidth / raw["hbm_bandwidth_GBps"] - 1) > 0.02:
+        override["hbm_bandwidth_GBps"] = bandwidth
     peak = _stated_peak_tflops(case, precision)
     preset_peak = float((raw.get("peak_dense_TFLOPS") or {}).get(precision, 0) or 0)
     if peak is not None and preset_peak > 0 and abs(peak / preset_peak - 1) > 0.02:
         override["peak_dense_TFLOPS"] = {precision: peak}
+    limit = _power_limit_W(case)
+    if limit is not None and limit < raw["tdp_W"]:
+        override["power_limit_W"] = limit
     return {"base": preset, **override} if override else preset
 
 
@@ -593,6 +651,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "zero_stage": zero,
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
+            "tp_async_backward": flags["tp_async_backward"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],

@@ -401,3 +401,38 @@ def test_tpu_cases_count_devices_not_gpus() -> None:
     del case["training"]["num_devices"]
     with pytest.raises(ConfigError, match=r"training.num_gpus \(or num_devices\) is missing\."):
         training_case_scenario(case)
+
+
+def test_a_stated_power_limit_and_memory_bandwidth_reach_the_device() -> None:
+    case = _titan()
+    hardware = "NVIDIA H100 SXM, 96GB HBM2e (2.4 TB/s), run at 500W power limit"
+    case["hardware"]["accelerator"] = hardware
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (500.0, 2.4e12)
+    # a TDP is not a limit, and a field beats the text
+    case["hardware"]["accelerator"] = "NVIDIA H100 SXM 80GB HBM3 (700W TDP)"
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (0.0, 3.35e12)
+    case["hardware"].update(power_limit_W=450, memory_bandwidth_TBps=3.0)
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (450.0, 3.0e12)
+    case["hardware"]["accelerator"] = "NVIDIA H100, power capped at 400 W"
+    del case["hardware"]["power_limit_W"]
+    assert training_case_scenario(case).system.device.power_limit_W == 400.0
+
+
+def test_float8_and_async_tp_are_read_from_the_case() -> None:
+    case = _titan(tp=8, num_gpus=64, precision="float8 rowwise", async_tp=True)
+    s = training_case_scenario(case)
+    assert s.workload.precision == "fp8"
+    assert (s.mapping.tp_comm_overlap, s.mapping.tp_async_backward) == (True, False)
+    # the stated flag wins over a title that names async TP
+    case = _titan(tp=8, num_gpus=64, async_tp=False)
+    case["source"] = {"title": "torchtitan benchmarks: asyncTP on Llama 3", "year": 2025}
+    assert not training_case_scenario(case).mapping.tp_comm_overlap
+    case["training"].pop("async_tp")
+    assert training_case_scenario(case).mapping.tp_comm_overlap
+    # Megatron keeps its asynchronous backward collectives
+    assert framework({"group": "g", "training": {"framework": "Megatron-Core"}})[
+        "tp_async_backward"
+    ]

@@ -89,6 +89,10 @@ class DeviceSpec:
     die_area_mm2: float = key("die_area_mm2", gt=0, doc="compute silicon, all dies")
     num_dies: int = key("num_dies", ge=1, default=1)
     tdp_W: float = key("tdp_W", gt=0)
+    power_limit_W: float = key(
+        "power_limit_W", gt=0, default=0.0,
+        doc="enforced board power limit below the TDP (nvidia-smi -pl); absent: the TDP",
+    )  # fmt: skip
     num_sms: int = key("num_sms", ge=1, doc="compute clusters (SMs, MXUs)")
     clock_Hz: float = key("clock_GHz", scale=1e9, gt=0)
     peak_flops: Mapping[str, float] = key(
@@ -106,6 +110,13 @@ class DeviceSpec:
     def precisions(self) -> tuple[str, ...]:
         """Precisions with a datasheet dense peak."""
         return tuple(self.peak_flops)
+
+    @property
+    def power_W(self) -> float:
+        """The board power the device runs at: its power limit where one is set below the
+        TDP, else the TDP."""
+        limit = self.power_limit_W
+        return min(limit, self.tdp_W) if limit > 0 else self.tdp_W
 
 
 # ---------------------------------------------------------------------------------- networks
@@ -271,6 +282,13 @@ class MappingSpec:
         framework=True,
         default=False,
         doc="TP comm under GEMMs",
+    )
+    tp_async_backward: bool = knob(
+        "tp_async_backward",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="backward TP collectives under the other GEMM (Megatron) or waited on (DTensor)",
     )
     overlap_grad_reduce: bool = knob(
         "overlap_grad_reduce",

@@ -111,6 +111,7 @@ SPACE = {
         "zero_stage": {"type": "integer", "low": 0, "high": 3},
         "flash_attention": {"type": "categorical", "choices": [True, False]},
         "tp_comm_overlap": {"type": "fixed", "value": True},
+        "tp_async_backward": {"type": "categorical", "choices": [False, True]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
     },
 }
