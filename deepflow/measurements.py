@@ -80,7 +80,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: The memory-relevant and late-added flags, the same for every public group (Megatron-style
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
-            "tp_async_backward": True}  # fmt: skip
+            "tp_async_backward": True, "master_weights": "fp32"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -265,9 +265,14 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # and grad_sync_dtype bf16 (NeMo-Framework-Launcher training configs and performance
     # scripts); DeepSpeed ZeRO-1/2 keeps 16-bit gradients (ZeRO paper §5). Megatron keeps
     # fp32 main gradients (docs/model.md §C2.1).
-    bf16_grads = ("nemo" in text and year <= 2024) or ("deepspeed" in text and zero in (1, 2))
+    apex_adam = "nemo" in text and year <= 2024
+    bf16_grads = apex_adam or ("deepspeed" in text and zero in (1, 2))
+    # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
+    # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
+    fp16 = "fp16" in str((case.get("training") or {}).get("precision") or "").lower()
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
+            "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
             # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
             "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
@@ -652,6 +657,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "tp_async_backward": flags["tp_async_backward"],
+            "master_weights": flags["master_weights"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],

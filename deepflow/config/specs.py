@@ -17,6 +17,7 @@ from deepflow.config._schema import key, knob
 __all__ = [
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "MASTER_WEIGHTS_MODES",
     "PEAK_PRECISIONS",
     "RECOMPUTE_MODES",
     "TOPOLOGIES",
@@ -69,6 +70,10 @@ RECOMPUTE_MODES = ("none", "selective", "full", "selective_op")
 #: cross-entropy (fp32 softmax in place), PyTorch's unfused log_softmax + nll_loss on an fp32
 #: copy, or a fused kernel that writes the gradient into the 16-bit logits.
 CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
+#: How the optimizer keeps the master weights of a 16-bit model (docs/model.md §C2.1): a full
+#: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
+#: ``store_param_remainders``: the bf16 weights hold the high 16 bits).
+MASTER_WEIGHTS_MODES = ("fp32", "remainders")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
 #: Device families with kernel calibration in configs/calibration/kernels.yaml.
 DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
@@ -311,6 +316,14 @@ class MappingSpec:
         framework=True,
         default=True,
         doc="fp32 gradient buffers (Megatron) or 16-bit",
+    )
+    master_weights: str = knob(
+        "master_weights",
+        workloads=_LLM,
+        framework=True,
+        choices=MASTER_WEIGHTS_MODES,
+        default="fp32",
+        doc="the optimizer's master copy: fp32, or the low 16 bits of a bf16 model's",
     )
     fp8_weight_cache: bool = knob(
         "fp8_weight_cache",

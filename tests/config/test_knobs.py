@@ -112,6 +112,7 @@ SPACE = {
         "flash_attention": {"type": "categorical", "choices": [True, False]},
         "tp_comm_overlap": {"type": "fixed", "value": True},
         "tp_async_backward": {"type": "categorical", "choices": [False, True]},
+        "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
     },
 }
