@@ -80,7 +80,8 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: The memory-relevant and late-added flags, the same for every public group (Megatron-style
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
-            "tp_async_backward": True, "master_weights": "fp32"}  # fmt: skip
+            "tp_async_backward": True, "master_weights": "fp32",
+            "attention_kernel": "fa2"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -101,7 +102,9 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # default (--overlap-p2p-communication; these runs do not interleave, so it hides nothing).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
                                 "dropout": False, **_CLASSIC, "p2p_overlap": True,
-                                "cross_entropy": "vocab_parallel"},
+                                "cross_entropy": "vocab_parallel",
+                                # TE's FusedAttention (cuDNN), preferred on Hopper
+                                "attention_kernel": "cudnn"},
     # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
     # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
@@ -266,13 +269,17 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # scripts); DeepSpeed ZeRO-1/2 keeps 16-bit gradients (ZeRO paper §5). Megatron keeps
     # fp32 main gradients (docs/model.md §C2.1).
     apex_adam = "nemo" in text and year <= 2024
-    bf16_grads = apex_adam or ("deepspeed" in text and zero in (1, 2))
+    # 16-bit gradient reduction where the text says so (Megatron-Core's
+    # ``grad_reduce_in_fp32: false``, as Megatron-Bridge's performance recipes set it)
+    bf16_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(false|no|0)\b", text))
+    bf16_grads = apex_adam or bf16_reduce or ("deepspeed" in text and zero in (1, 2))
     # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
     # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
     fp16 = "fp16" in str((case.get("training") or {}).get("precision") or "").lower()
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
+            "attention_kernel": _attention_kernel(text, software_date(case), flash),
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
             # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
             "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
@@ -283,6 +290,20 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, software_date(case))}  # fmt: skip
+
+
+def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:
+    """The fused attention kernel (docs/model.md §C6.2): FlashAttention-3 where named;
+    Transformer Engine's cuDNN FusedAttention in TE-based stacks (Megatron-Core, NeMo,
+    Megatron-Bridge) from June 2024, when TE 1.8 began to prefer it over FlashAttention on
+    Hopper and later (transformer_engine/pytorch get_attention_backend, NVIDIA/
+    TransformerEngine#889); else FlashAttention-2 (flash-attn, PyTorch SDPA's flash backend)."""
+    if not flash:
+        return "fa2"
+    if re.search(r"flash[- _]?attention[- _]?3|\bfa3\b|flash_attn_3", text):
+        return "fa3"
+    te = re.search(r"transformer engine|megatron[- ]core|\bmcore\b|nemo|megatron[- ]bridge", text)
+    return "cudnn" if te and date >= (2024, 6) else "fa2"
 
 
 def _async_tp(case: dict[str, Any], text: str) -> bool:
@@ -299,11 +320,16 @@ def software_date(case: dict[str, Any]) -> tuple[int, int]:
     """(year, month) of the software a case ran: a nightly's date (``dev20250811``) or an ISO
     date in ``training.framework_version``; else a PyTorch release (2.7: April 2025, 2.8:
     August 2025; a pre-release ``a0`` counts as the month before); else a year-month in the
-    source's URL or title (``..._2025-06_...``); else the source's year (January), else 2023."""
+    source's URL or title (``..._2025-06_...``), or a date in its location; else the source's year
+    (January), else 2023."""
     version = str((case.get("training") or {}).get("framework_version") or "")
     match = re.search(r"(20[12]\d)-?([01]\d)-?[0-3]\d", version)
     if match:
         return int(match.group(1)), int(match.group(2))
+    # an NGC / NeMo container release YY.MM ("NeMo 24.03.01 container")
+    match = re.search(r"(?:nemo|container|ngc)\D{0,20}\b(2\d)\.(0[1-9]|1[0-2])\b", version.lower())
+    if match:
+        return 2000 + int(match.group(1)), int(match.group(2))
     match = re.search(r"torch (\d+)\.(\d+)\.\d+(a0)?", version)
     if match and (int(match.group(1)), int(match.group(2))) in _TORCH_RELEASES:
         year, month = _TORCH_RELEASES[(int(match.group(1)), int(match.group(2)))]
@@ -311,6 +337,11 @@ def software_date(case: dict[str, Any]) -> tuple[int, int]:
     source: dict[str, Any] = case["source"] if isinstance(case.get("source"), dict) else {}
     stated = f"{source.get('url') or ''} {source.get('title') or ''}"
     match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)(?!\d)", stated)
+    if match and 1 <= int(match.group(2)) <= 12:
+        return int(match.group(1)), int(match.group(2))
+    # a date in the location ("added in commit ..., 2024-07-15")
+    location = str(source.get("location") or "")
+    match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)-[0-3]\d(?!\d)", location)
     if match and 1 <= int(match.group(2)) <= 12:
         return int(match.group(1)), int(match.group(2))
     return (source_year(case) or 2023, 1)
@@ -327,7 +358,7 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     ``llm_foundry/models/mpt/modeling_mpt.py``); Megatron's vocab-parallel one in Megatron and
     NeMo; PyTorch's unfused ``cross_entropy`` in PyTorch-native trainers (torchtitan's
     ``cross_entropy_loss`` upcasts the logits to fp32; FSDP, Hugging Face)."""
-    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-]loss[_-]fusion|"
+    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-](loss[_-])?fusion|"
                  r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
         return "fused"
     if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and date >= (2025, 4):
@@ -601,7 +632,10 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     stated_per_node = _get(case.get("hardware"), "gpus_per_node")
     node = int(stated_per_node) if isinstance(stated_per_node, int | float) else None
     if node is None:
-        node = int(_preset_raw("networks", network_preset)["scale_up"]["domain_size"])
+        # the preset's scale-up domain; a job that does not fill whole domains (128 GPUs of
+        # 72-GPU NVL72 racks) takes as many GPUs of each as divide it evenly (2 x 64)
+        domain = int(_preset_raw("networks", network_preset)["scale_up"]["domain_size"])
+        node = max(d for d in range(1, min(domain, gpus) + 1) if gpus % d == 0)
     per_node = max(1, min(node, gpus))
     if gpus % per_node:
         raise ConfigError(
@@ -658,6 +692,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "tp_async_backward": flags["tp_async_backward"],
             "master_weights": flags["master_weights"],
+            "attention_kernel": flags["attention_kernel"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],

@@ -436,3 +436,18 @@ def test_float8_and_async_tp_are_read_from_the_case() -> None:
     assert framework({"group": "g", "training": {"framework": "Megatron-Core"}})[
         "tp_async_backward"
     ]
+
+
+def test_attention_kernel_from_the_stack_and_its_date() -> None:
+    def kernel(stack: str, version: str = "", year: int = 2025) -> str:
+        case = {"group": "g", "source": {"year": year},
+                "training": {"framework": stack, "framework_version": version}}  # fmt: skip
+        return str(framework(case)["attention_kernel"])
+
+    # Transformer Engine prefers cuDNN's fused attention on Hopper from TE 1.8 (June 2024)
+    assert kernel("NeMo (Megatron-Core, Transformer Engine)", "NeMo 24.07 container") == "cudnn"
+    assert kernel("NeMo (Megatron-Core, Transformer Engine)", "NeMo 24.03.01 container") == "fa2"
+    assert kernel("Megatron-Bridge") == "cudnn"
+    assert kernel("torchtitan") == "fa2"
+    assert kernel("PyTorch with FlashAttention-3") == "fa3"
+    assert kernel("Megatron-LM, unfused attention") == "fa2"

@@ -15,6 +15,7 @@ from typing import Any
 from deepflow.config._schema import key, knob
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
     "MASTER_WEIGHTS_MODES",
@@ -74,6 +75,10 @@ CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
 #: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
 #: ``store_param_remainders``: the bf16 weights hold the high 16 bits).
 MASTER_WEIGHTS_MODES = ("fp32", "remainders")
+#: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
+#: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
+#: FusedAttention), FlashAttention-3.
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
 #: Device families with kernel calibration in configs/calibration/kernels.yaml.
 DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
@@ -280,6 +285,14 @@ class MappingSpec:
         framework=True,
         default=True,
         doc="fused attention kernel",
+    )
+    attention_kernel: str = knob(
+        "attention_kernel",
+        workloads=_LLM,
+        framework=True,
+        choices=ATTENTION_KERNELS,
+        default="fa2",
+        doc="the fused attention kernel: FlashAttention-2, cuDNN, FlashAttention-3",
     )
     tp_comm_overlap: bool = knob(
         "tp_comm_overlap",

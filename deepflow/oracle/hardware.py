@@ -517,7 +517,9 @@ class DeviceCaps:
     cluster_size: float = 1.0
     training_sustained_fraction: float = 1.0
     idle_power_fraction: float = 0.09
-    attention_efficiency: float = 0.6
+    attention_efficiency: float = 0.6  # FlashAttention-2-class kernels
+    attention_efficiency_cudnn: float = 0.6
+    attention_efficiency_fa3: float = 0.6
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
@@ -541,6 +543,9 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "training_sustained_fraction": cal.training_sustained_fraction,
         "idle_power_fraction": cal.idle_power_fraction,
         "attention_efficiency": cal.attention_efficiency,
+        # a kernel without a microbenchmark of the family runs as its FlashAttention-2 class
+        "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
+        "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 

@@ -113,6 +113,7 @@ SPACE = {
         "tp_comm_overlap": {"type": "fixed", "value": True},
         "tp_async_backward": {"type": "categorical", "choices": [False, True]},
         "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
+        "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
     },
 }

@@ -86,3 +86,36 @@ def test_decomposition_leaves_one_chunk_of_the_gemm_uncovered() -> None:
     assert _decomposed(0.5, 1.0, 8.0, ArrayOps) == 0.0
     assert _decomposed(1.0, 1.0, 8.0, ArrayOps) == pytest.approx(1 / 8)
     assert _decomposed(3.0, 1.0, 2.0, ArrayOps) == pytest.approx(2.5)
+
+
+def test_attention_kernels_rank_as_their_microbenchmarks() -> None:
+    times = {k: _tp8(attention_kernel=k)["attention"] for k in ("fa2", "cudnn", "fa3")}
+    assert times["fa3"] < times["cudnn"] < times["fa2"]
+    # only the attention core changes
+    assert _tp8(attention_kernel="fa3")["gemm"] == _tp8(attention_kernel="fa2")["gemm"]
+
+
+def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -> None:
+    from types import SimpleNamespace
+
+    from deepflow.oracle.workloads.transformer.layer import Attention, context_comm
+
+    class Ops:  # records the all-gather's message
+        maximum = staticmethod(max)
+
+        def __init__(self) -> None:
+            self.msgs: list[float] = []
+
+        def coll(self, kind: str, msg: float, size: float, stride: float) -> float:
+            self.msgs.append(msg)
+            return 0.0
+
+    def kv_message(tp: int, kv: int) -> float:
+        i = SimpleNamespace(mb=1, s=8192, kv=kv, tp=tp, d_h=128, p=2.0, cp=2, st_cp=tp)
+        o = Ops()
+        context_comm(i, o, Attention(fwd=1.0, bwd=2.0))  # type: ignore[arg-type]
+        return o.msgs[0]
+
+    # 8 KV heads over 8 TP ranks: one head each; over 16, still one (replicated)
+    assert kv_message(1, 8) == 8 * kv_message(8, 8) == 8 * kv_message(16, 8)
+    assert kv_message(8, 8) == 2 * 8192 * 128 * 2.0

@@ -121,7 +121,12 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     # 16-bit in FP8 training: Transformer Engine runs fused attention in BF16 unless FP8
     # attention is asked for (docs/model.md §C6.4)
     peak = caps.peak_flops / i.slow16
-    attn_rate = peak * caps.attention_efficiency * caps.training_sustained_fraction
+    # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3; §C6.2)
+    efficiency = o.choose(
+        i.x["attention_kernel"],
+        (caps.attention_efficiency, caps.attention_efficiency_cudnn, caps.attention_efficiency_fa3),
+    )
+    attn_rate = peak * efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     # The shared memory sizes the Q block: B_r = min(128, L1 / (3·d_h·p)); K and V stream
@@ -305,8 +310,9 @@ class ContextComm(NamedTuple):
 
 def context_comm(i: Inputs, o: Any, attn: Attention) -> ContextComm:
     """K and V of the whole sequence gathered over the context-parallel ring, overlapped with
-    the chunk in hand (docs/model.md §C3.1, §C3.2)."""
-    kv_msg = 2 * i.mb * i.s * i.kv * i.d_h * i.p
+    the chunk in hand (docs/model.md §C3.1, §C3.2). A tensor-parallel rank exchanges only its
+    own K/V heads (kv/tp, at least one: heads replicate when tp exceeds them)."""
+    kv_msg = 2 * i.mb * i.s * o.maximum(i.kv / i.tp, 1.0) * i.d_h * i.p
     cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp)
     return ContextComm(
         fwd=o.maximum(cp_ag - attn.fwd, 0.0), bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0)
