@@ -434,6 +434,8 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:
     text = str((case.get("training") or {}).get("precision") or "").lower()
     peaks = device_raw.get("peak_dense_TFLOPS") or {}
+    if re.search(r"fp4|float4", text) and "fp4" in peaks:  # nvfp4, mxfp4
+        return "fp4"
     if re.search(r"fp8|float8", text) and "fp8" in peaks:  # mxfp8 too
         return "fp8"
     if "bf16" in peaks and not ("fp16" in text and "bf16" not in text):
@@ -452,6 +454,9 @@ def _stated_peak_tflops(case: dict[str, Any], precision: str) -> float | None:
         if precision in str(key).lower() and isinstance(value, int | float):
             return float(value)
     used = hardware.get("peak_dense_tflops_precision_used")
+    key = str(hardware.get("peak_precision_key") or "").lower()
+    if key and precision not in key:  # the peak of another precision
+        return None
     return float(used) if isinstance(used, int | float) else None
 
 
@@ -700,7 +705,32 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "overlap_p2p_comm": flags["p2p_overlap"],
         },
     }  # fmt: skip
-    return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    if _sharding_unstated(case) and dp > 1:
+        scenario = _least_sharding_that_fits(scenario)
+    return scenario
+
+
+def _sharding_unstated(case: dict[str, Any]) -> bool:
+    training = case.get("training") or {}
+    stated = (training.get(k) for k in ("zero_stage", "fsdp", "fsdp_sharding",
+                                        "distributed_optimizer"))  # fmt: skip
+    return all(v is None or v == "" for v in stated)
+
+
+def _least_sharding_that_fits(scenario: Any) -> Any:
+    """A run that happened fit its devices: where the source does not state how the model
+    states were sharded, the lowest ZeRO stage (0 to 3) at which the modelled run fits (a
+    run that fits at none keeps stage 0; docs/validation.md)."""
+    from dataclasses import replace
+
+    from deepflow.oracle.evaluate import evaluate_one
+
+    for stage in range(4):
+        candidate = replace(scenario, mapping=replace(scenario.mapping, zero_stage=stage))
+        if evaluate_one(candidate)["memory_excess_B"] <= 0:
+            return candidate
+    return scenario
 
 
 # ------------------------------------------------------------------------------ serving

@@ -451,3 +451,36 @@ def test_attention_kernel_from_the_stack_and_its_date() -> None:
     assert kernel("torchtitan") == "fa2"
     assert kernel("PyTorch with FlashAttention-3") == "fa3"
     assert kernel("Megatron-LM, unfused attention") == "fa2"
+
+
+def test_a_job_spreads_over_the_scale_up_domains_it_can_fill_evenly() -> None:
+    case = _titan(num_gpus=128, fsdp=128, global_batch_size=256)
+    case["hardware"] = {"accelerator": "NVIDIA GB200 NVL72"}  # node size unstated: 72
+    s = training_case_scenario(case)
+    assert (s.system.devices_per_node, s.system.num_nodes) == (64, 2)
+
+
+def test_fp4_training_and_a_peak_stated_for_another_precision() -> None:
+    case = _titan(precision="nvfp4")
+    case["hardware"] = {"accelerator": "NVIDIA B200", "gpus_per_node": 8,
+                        "peak_dense_tflops": {"bf16 tensor": 2250},
+                        "peak_dense_tflops_precision_used": 2250,
+                        "peak_precision_key": "bf16 tensor"}  # fmt: skip
+    s = training_case_scenario(case)
+    assert s.workload.precision == "fp4"
+    # the bf16 peak the case names is not taken for fp4
+    assert s.system.device.peak_flops["fp4"] == 9000e12
+
+
+def test_unstated_sharding_is_the_least_that_fits() -> None:
+    # Llama 3 8B on 8 x 80 GB without sharding (16 B per parameter) does not fit; the source
+    # states no ZeRO stage
+    case = _titan(local_batch_size=1, global_batch_size=8, activation_recompute="full")
+    for key in ("fsdp", "zero_stage"):
+        case["training"].pop(key, None)
+    case["training"]["framework"] = "PyTorch"
+    s = training_case_scenario(case)
+    assert s.mapping.zero_stage >= 1
+    assert evaluate_one(s)["feasible"]
+    case["training"]["zero_stage"] = 0  # stated: kept, even if it does not fit
+    assert training_case_scenario(case).mapping.zero_stage == 0
