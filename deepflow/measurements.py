@@ -81,7 +81,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
-            "attention_kernel": "fa2"}  # fmt: skip
+            "attention_kernel": "fa2", "fp8_params": False}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -280,6 +280,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
             "attention_kernel": _attention_kernel(text, software_date(case), flash),
+            "fp8_params": _fp8_params(case, text),
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
             # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
             "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
@@ -304,6 +305,20 @@ def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:
         return "fa3"
     te = re.search(r"transformer engine|megatron[- ]core|\bmcore\b|nemo|megatron[- ]bridge", text)
     return "cudnn" if te and date >= (2024, 6) else "fa2"
+
+
+def _fp8_params(case: dict[str, Any], text: str) -> bool:
+    """FP8 weights (TE's fp8_model_init, Megatron-Core's ``fp8_param_gather``): where stated,
+    and in NeMo 2 / Megatron-Bridge FP8 recipes (from December 2024), whose delayed, per-tensor
+    current-scaling and MXFP8 mixed-precision recipes set ``fp8_param_gather = True`` (their
+    blockwise and NVFP4 recipes do not: megatron/bridge/training/mixed_precision.py)."""
+    precision = str((case.get("training") or {}).get("precision") or "").lower()
+    if not re.search(r"fp8|float8", precision) or re.search(r"blockwise|subchannel", precision):
+        return False
+    if re.search(r"fp8[_ ]param", f"{text} {precision}"):
+        return True
+    nemo2 = re.search(r"megatron[- ]bridge|nemo ?2|nemo", text)
+    return bool(nemo2) and software_date(case) >= (2024, 12)
 
 
 def _async_tp(case: dict[str, Any], text: str) -> bool:
@@ -698,6 +713,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "tp_async_backward": flags["tp_async_backward"],
             "master_weights": flags["master_weights"],
             "attention_kernel": flags["attention_kernel"],
+            "fp8_params": flags["fp8_params"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],

@@ -484,3 +484,16 @@ def test_unstated_sharding_is_the_least_that_fits() -> None:
     assert evaluate_one(s)["feasible"]
     case["training"]["zero_stage"] = 0  # stated: kept, even if it does not fit
     assert training_case_scenario(case).mapping.zero_stage == 0
+
+
+def test_nemo2_and_megatron_bridge_fp8_recipes_keep_fp8_weights() -> None:
+    def fp8_params(stack: str, version: str, precision: str = "fp8") -> bool:
+        case = {"group": "g", "source": {"year": 2025}, "training": {
+            "framework": stack, "framework_version": version, "precision": precision}}  # fmt: skip
+        return bool(framework(case)["fp8_params"])
+
+    assert fp8_params("Megatron-Bridge", "NeMo 25.09 container")
+    assert not fp8_params("NeMo", "NeMo 24.07 container")  # NeMo 1.x: bf16 weights + FP8 cache
+    assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "fp8 blockwise")
+    assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "bf16")
+    assert fp8_params("torchtitan", "2025-06-01", "float8 with fp8_param all-gather")

@@ -338,6 +338,13 @@ class MappingSpec:
         default="fp32",
         doc="the optimizer's master copy: fp32, or the low 16 bits of a bf16 model's",
     )
+    fp8_params: bool = knob(
+        "fp8_params",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="the weights themselves in FP8 (TE fp8_model_init, fp8_param_gather)",
+    )
     fp8_weight_cache: bool = knob(
         "fp8_weight_cache",
         workloads=_LLM,

@@ -114,6 +114,7 @@ SPACE = {
         "tp_async_backward": {"type": "categorical", "choices": [False, True]},
         "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
+        "fp8_params": {"type": "categorical", "choices": [False, True]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
     },
 }

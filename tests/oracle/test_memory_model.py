@@ -248,3 +248,15 @@ def test_apex_remainders_keep_half_the_master_weights_and_nothing_else_changes()
     assert rem["master_weights"] == fp32["master_weights"] / 2
     same = [k for k in fp32 if k not in ("master_weights", "fragmentation")]
     assert all(rem[k] == fp32[k] for k in same)
+
+
+def test_fp8_parameters_replace_the_16_bit_weights_and_their_cache() -> None:
+    s = llama()
+    fp8 = dataclasses.replace(s, workload=dataclasses.replace(s.workload, precision="fp8"),
+                              mapping=dataclasses.replace(s.mapping, zero_stage=1))  # fmt: skip
+    cached = evaluate_one(fp8)["memory_breakdown_B"]
+    own = evaluate_one(dataclasses.replace(fp8, mapping=dataclasses.replace(
+        fp8.mapping, fp8_params=True)))["memory_breakdown_B"]  # fmt: skip
+    assert own["weights"] == cached["weights"] / 2
+    assert (cached["fp8_weight_cache"] > 0, own["fp8_weight_cache"]) == (True, 0.0)
+    assert own["master_weights"] == cached["master_weights"]

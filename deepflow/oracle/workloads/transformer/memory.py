@@ -178,7 +178,11 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     deepspeed = o.minimum(in_flight, _DEEPSPEED_MAX_LIVE_PARAMS) * 4.0
     blocking = i.x["overlap_grad_reduce"] <= 0
     fsdp = o.where((zero >= 3) & (dp_cp > 1), o.where(blocking, deepspeed, fsdp_units), 0.0)
-    cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0)
+    # FP8 parameters (Transformer Engine's fp8_model_init; Megatron-Core fp8_param_gather): the
+    # working weights are the FP8 copy itself, 1 byte, and nothing is cached besides them
+    fp8_params = fp8 & (i.x["fp8_params"] > 0)
+    weight_b = o.where(fp8_params, _FP8_WEIGHT_CACHE_B, _WEIGHT_B)
+    cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0) & o.not_(fp8_params)
     fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
@@ -195,7 +199,7 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
     last_is_peak = (i.pp > 1) & (last_total_act > first_act)
     terms: dict[str, Any] = {
-        "weights": _WEIGHT_B * n / shard_w,
+        "weights": weight_b * n / shard_w,
         "master_weights": o.choose(i.x["master_weights"], _MASTER_BYTES) * n / shard_opt,
         "gradients": grad_b * n / shard_g,
         "optimizer_states": _ADAM_B * n / shard_opt,
