@@ -317,8 +317,7 @@ def _fp8_params(case: dict[str, Any], text: str) -> bool:
         return False
     if re.search(r"fp8[_ ]param", f"{text} {precision}"):
         return True
-    nemo2 = re.search(r"megatron[- ]bridge|nemo ?2|nemo", text)
-    return bool(nemo2) and software_date(case) >= (2024, 12)
+    return bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
 
 
 def _async_tp(case: dict[str, Any], text: str) -> bool:
