@@ -101,6 +101,86 @@ def test_shipped_scenarios_raise_no_plausibility_warning() -> None:
         assert plausibility_warnings(load_scenario(path)) == []  # filterwarnings = error
 
 
+# ------------------------------------------------------------------------------ spaces
+SPACE_BASE: dict[str, Any] = {
+    "system": {"device": "h100-like-4nm", "network": "dgx-h100", "devices_per_node": 8,
+               "num_nodes": 128},
+    "workload": {"model": "gpt3-175b", "global_batch_size": 1536, "precision": "bf16"},
+    "mapping": {"data_parallel": 16, "tensor_parallel": 8, "pipeline_parallel": 8},
+}  # fmt: skip
+
+
+def test_a_space_warns_of_implausible_bounds_choices_and_values(tmp_path: Path) -> None:
+    from deepflow.datasets import load_space
+
+    raw = {"base": SPACE_BASE, "variables": {
+        "tdp_W": {"type": "continuous", "low": 5, "high": 50},  # the 5-50 W space
+        "die_area_mm2": {"type": "categorical", "choices": [8.14, 800]},
+        "dram_stack_capacity_GiB": 24576,
+        "global_batch_size": {"type": "categorical", "choices": [1536, 10**7]},
+    }}  # fmt: skip
+    path = _write(tmp_path, raw, "sp.yaml")
+    with pytest.warns(PlausibilityWarning) as record:
+        load_space(path)
+    assert [str(w.message) for w in record] == [  # in the file's (sorted) order
+        f"{path}: variables.die_area_mm2.choices[0] = 8.14 is far outside the range of real "
+        "devices (100–46225 mm²); it looks like cm² (8.14 cm² = 814 mm²).",
+        f"{path}: variables.dram_stack_capacity_GiB = 24576 is far outside the range of real "
+        "devices (4–36 GiB); it looks like MiB (24576 MiB = 24 GiB).",
+        f"{path}: variables.global_batch_size.choices[1] = 1e+07 sequences of 2048 tokens is "
+        "2.05e+10 tokens per step; real runs take at most ~16M (Llama 3 405B): check the batch.",
+        f"{path}: variables.tdp_W.low = 5 is far below the range of real devices "
+        "(75–1200 W); check its unit.",
+    ]
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(path), "--num-samples", "4", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output  # a warning, not an error
+    assert "warning: " + str(record[-1].message) in result.stderr
+    _no_traceback(result)
+
+
+def test_a_space_warns_of_its_inline_base_and_its_device_choices(tmp_path: Path) -> None:
+    from deepflow.datasets import load_space
+
+    h100 = (REPO / "configs" / "devices" / "h100-sxm5-80gb.yaml").read_text(encoding="utf-8")
+    assert "hbm_bandwidth_GBps: 3350 " in h100
+    slip = h100.replace("hbm_bandwidth_GBps: 3350 ", "hbm_bandwidth_GBps: 3.35 ")
+    (tmp_path / "slow.yaml").write_text(slip, encoding="utf-8")
+    base = copy.deepcopy(SCENARIO)
+    base["system"]["network"] = {"base": "dgx-h100", "scale_up": {"latency_us": 2000}}
+    raw = {
+        "base": base,
+        "variables": {
+            "device": {"type": "categorical", "choices": ["h100-sxm5-80gb", "slow.yaml"]}
+        },
+    }
+    path = _write(tmp_path, raw, "sp.yaml")
+    with pytest.warns(PlausibilityWarning) as record:
+        load_space(path)
+    messages = [str(w.message) for w in record]
+    assert messages[0].startswith(
+        f"{path}: base: system.network.scale_up.latency_us = 2000 is far outside the range"
+    )
+    assert messages[1:] == [
+        f"{path}: variables.device.choices[1].hbm_bandwidth_GBps = 3.35 is far outside the "
+        "range of real devices (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).",
+    ]
+
+
+def test_shipped_spaces_and_studies_raise_no_plausibility_warning() -> None:
+    from deepflow.datasets import load_space
+    from deepflow.datasets.space import plausibility_warnings as space_warnings
+    from deepflow.search.study import load_study
+
+    spaces = sorted((REPO / "configs" / "spaces").glob("*.yaml"))
+    assert len(spaces) >= 7
+    for path in spaces:
+        assert space_warnings(load_space(path)) == []  # filterwarnings = error
+    for path in sorted((REPO / "configs" / "studies").glob("*.yaml")):
+        load_study(path)
+
+
 # ------------------------------------------------------------------------------ YAML keys
 def test_duplicate_top_level_key_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "dup.yaml"
