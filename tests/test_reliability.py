@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,15 @@ def _write(tmp_path: Path, raw: dict[str, Any], name: str = "s.yaml") -> Path:
 def _no_traceback(result: Any) -> None:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def _error_line(result: Any) -> str:
+    """The one ``error:`` line of a command that exited with 1 (after its progress bar)."""
+    assert result.exit_code == 1, result.output
+    _no_traceback(result)
+    lines = result.output.strip().splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result.output
+    return lines[-1]
 
 
 # ------------------------------------------------------------------------------ plausibility
@@ -340,6 +350,158 @@ def test_a_full_disk_before_any_chunk_leaves_nothing(tmp_path: Path, monkeypatch
     manifest = tmp_path / "d.parquet.parts" / "manifest.json"
     assert result.output.strip() == f"error: {manifest}: No space left on device."
     assert list(tmp_path.iterdir()) == []
+
+
+def _toy_study(tmp_path: Path, budget: int = 4) -> Path:
+    """A quick study: random search on the spec-mode mapping space."""
+    raw = {"name": "toy", "space": str(SPACE),
+           "search": {"strategy": "random", "budget": budget, "batch_size": 4,
+                      "initial_points": 4}}  # fmt: skip
+    return _write(tmp_path, raw, f"toy-{budget}.yaml")
+
+
+RESULT_FILES = ["optuna.db", "pareto.json", "pareto.yaml", "study.yaml", "summary.json",
+                "trials.parquet"]  # fmt: skip
+
+
+def _full_disk_for(monkeypatch: Any, prefix: str) -> None:
+    """Writes of files whose name starts with ``prefix`` put a few bytes down, then fail as a
+    full disk does (Path.write_text and DataFrame.to_parquet)."""
+    import pandas as pd
+
+    real_text, real_parquet = Path.write_text, pd.DataFrame.to_parquet
+
+    def full(path: Path) -> None:
+        with open(path, "wb") as fh:
+            fh.write(b"half")
+        raise OSError(28, "No space left on device", str(path))
+
+    def write_text(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name.startswith(prefix):
+            full(self)
+        return real_text(self, *args, **kwargs)
+
+    def to_parquet(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name.startswith(prefix):
+            full(Path(path))
+        return real_parquet(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+
+
+@pytest.mark.parametrize("file", [".trials.parquet.tmp", ".summary.json.tmp"])
+def test_a_full_disk_at_the_end_of_a_search_keeps_its_evaluations(
+    file: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import os
+
+    study = _toy_study(tmp_path)
+    out = tmp_path / "res"
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, file)
+        result = runner.invoke(app, ["search", str(study), "--out", str(out)])
+    assert _error_line(result) == (
+        f"error: {out / file}-{os.getpid()}: No space left on device; 4 evaluation(s) in "
+        f"{out / 'optuna.db'} are kept: run the command again to resume (delete {out} to "
+        "start over)."
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["optuna.db"]  # nothing half-written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", study.name]  # no lock
+    again = runner.invoke(app, ["search", str(study), "--out", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["num_evaluations"] == 4
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES
+
+
+def test_a_full_disk_keeps_the_previous_results_whole(tmp_path: Path, monkeypatch: Any) -> None:
+    out = tmp_path / "res"
+    first = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "optuna.db"}
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, ".pareto.yaml.tmp")  # after trials.parquet and pareto.json
+        result = runner.invoke(app, ["search", str(_toy_study(tmp_path, 8)), "--out", str(out)])
+    assert "; 8 evaluation(s) in " in _error_line(result)
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "optuna.db"} == before
+
+
+def _sqlite_full(pages: Callable[[], int]) -> Any:
+    """While active, every SQLite connection may grow its database to ``pages()`` pages only:
+    SQLite then fails as on a full disk ("database or disk is full")."""
+    import contextlib
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def limit(connection: Any, _record: Any) -> None:
+        connection.execute(f"PRAGMA max_page_count = {pages()}")
+
+    @contextlib.contextmanager
+    def active() -> Any:
+        event.listen(Engine, "connect", limit)
+        try:
+            yield
+        finally:
+            event.remove(Engine, "connect", limit)
+
+    return active()
+
+
+def test_a_full_disk_during_a_search_keeps_its_evaluations(tmp_path: Path) -> None:
+    import sqlite3
+
+    out = tmp_path / "res"
+    first = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    db = out / "optuna.db"
+
+    def pages_now() -> int:
+        with sqlite3.connect(db) as con:
+            return int(con.execute("PRAGMA page_count").fetchone()[0])
+
+    bigger = _toy_study(tmp_path, 64)
+    with _sqlite_full(pages_now):
+        result = runner.invoke(app, ["search", str(bigger), "--out", str(out)])
+    url = f"sqlite:///{db.resolve()}"
+    line = _error_line(result)
+    assert line.startswith(f"error: {url}: storage failure: database or disk is full; ")
+    assert line.endswith(
+        f" evaluation(s) in {db} are kept: run the command again to resume (delete {out} to "
+        "start over)."
+    )
+    kept = int(line.split("; ")[1].split(" evaluation(s)")[0])
+    assert 4 <= kept < 64
+    resumed = runner.invoke(app, ["search", str(bigger), "--out", str(out), "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["num_evaluations"] == 64
+
+
+def test_a_full_disk_before_any_evaluation_leaves_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    with _sqlite_full(lambda: 1):  # not even Optuna's tables fit
+        result = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    url = f"sqlite:///{(out / 'optuna.db').resolve()}"
+    assert _error_line(result) == f"error: {url}: storage failure: database or disk is full."
+    assert not out.exists()
+
+
+def test_a_full_disk_at_the_report_keeps_the_results(tmp_path: Path, monkeypatch: Any) -> None:
+    import os
+
+    out = tmp_path / "res"
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, ".report.html.tmp")
+        result = runner.invoke(app, ["run", str(_toy_study(tmp_path)), "--out", str(out)])
+    tmp = out / f".report.html.tmp-{os.getpid()}"
+    assert _error_line(result) == (
+        f"error: {tmp}: No space left on device; nothing of the report was written."
+    )
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES  # complete, no report
+    again = runner.invoke(app, ["run", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert (out / "report.html").is_file() and (out / "figures").is_dir()
 
 
 def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
