@@ -794,12 +794,15 @@ def search(
         out_dir = out or Path("results") / study.name
         _check_out_suffix(out_dir, "", "a result")
         settings = study.search
-        if settings.strategy == "botorch":  # minutes per batch: say so before it starts
-            batches = -(-settings.budget // settings.batch_size)
+        # BoTorch takes minutes per batch after the space-filling start: say so before it starts
+        proposed = max(settings.budget - settings.initial_points, 0)
+        batches = -(-proposed // settings.batch_size)
+        if settings.strategy == "botorch" and batches:
             typer.echo(
-                f"note: botorch fits a GP and optimises its acquisition for each of "
-                f"{batches} batch(es) of {settings.batch_size}: about 85 s per batch of 8 on "
-                "the default study's space on one CPU thread (README, performance).",
+                f"note: after {settings.initial_points} space-filling designs, botorch fits a "
+                f"GP and optimises its acquisition for each of {batches} batch(es) of "
+                f"{settings.batch_size}: about 85 s per batch of 8 on the default study's "
+                "space on one CPU thread (README, performance).",
                 err=True,
             )
         bar, progress = _study_progress()

@@ -716,7 +716,10 @@ def test_a_botorch_search_says_it_is_slow(tmp_path: Path, live_pid: int) -> None
     result = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "20",
                                  "--out", str(out)])  # fmt: skip
     assert result.stderr.startswith(
-        "note: botorch fits a GP and optimises its acquisition for each of 3 batch(es) of 8: "
-        "about 85 s per batch of 8 on the default study's space on one CPU thread (README, "
-        "performance).\n"
+        "note: after 16 space-filling designs, botorch fits a GP and optimises its acquisition "
+        "for each of 1 batch(es) of 8: about 85 s per batch of 8 on the default study's space "
+        "on one CPU thread (README, performance).\n"
     )
+    start = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "16",
+                                "--out", str(out)])  # fmt: skip
+    assert start.exit_code == 1 and "note:" not in start.stderr  # Sobol designs only
