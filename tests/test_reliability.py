@@ -66,16 +66,21 @@ def test_a_tb_figure_in_a_gb_key_warns_naming_the_unit(tmp_path: Path) -> None:
     assert "warning: " in result.output and "it looks like TB/s" in result.output
 
 
-def test_an_absurd_batch_warns(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("batch", "shown"), [(8 * 10**18, "8e+18 sequences of 8192 tokens is 6.55e+22"),
+                         (10**30, "1e+30 sequences of 8192 tokens is 8.19e+33")]
+)  # fmt: skip
+def test_an_absurd_batch_warns(batch: int, shown: str, tmp_path: Path) -> None:
     raw = copy.deepcopy(SCENARIO)
-    raw["workload"]["global_batch_size"] = 8 * 10**18
+    raw["workload"]["global_batch_size"] = batch
     path = _write(tmp_path, raw)
     result = runner.invoke(app, ["evaluate", str(path), "--json"])
     assert result.exit_code == 0
     assert (
-        f"warning: {path}: workload.global_batch_size = 8e+18 sequences of 8192 tokens is "
-        "6.55e+22 tokens per step; real runs take at most ~16M (Llama 3 405B): check the batch."
+        f"warning: {path}: workload.global_batch_size = {shown} tokens per step; real runs "
+        "take at most ~16M (Llama 3 405B): check the batch."
     ) in result.output
+    assert json.loads(result.stdout)["step_time_s"] > 0
 
 
 @pytest.mark.parametrize(
