@@ -227,7 +227,7 @@ def search_study(
         StorageError: a disk, permission or storage error (an ``OSError`` becomes one): the
             message names the path and the cause, and what is kept for the next run to
             resume from, e.g. ``res/.trials.parquet.tmp-42: No space left on device; 96
-            evaluation(s) are kept in res/optuna.db: run the command again to resume (delete
+            evaluation(s) in res/optuna.db are kept: run the command again to resume (delete
             res to start over).``
     """
     out = Path(out_dir)
