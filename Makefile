@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit slow wheel bench clean chromium
+.PHONY: run test lint typecheck unit slow wheel tour bench clean chromium
 
 # torch==2.13.0 (CPU wheel on this machine's disk) goes in first, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml constraints.txt
@@ -46,7 +46,12 @@ slow: $(STAMP)
 wheel: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/test_packaging.py
 
-test: lint typecheck unit wheel
+# Every `.venv/bin/deepflow` line of the README, run in order in a copy of the checkout's
+# files with an 80-column terminal (tests/test_readme.py, about 5 min on 2 cores).
+tour: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_readme.py
+
+test: lint typecheck unit wheel tour
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

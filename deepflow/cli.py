@@ -419,7 +419,14 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
 def sample(
     space: Annotated[Path, typer.Argument(help="Design-space YAML (configs/spaces/).")],
     num_samples: Annotated[int, typer.Option("--num-samples", help="Rows to label (>= 1).")],
-    out: Annotated[Path, typer.Option("--out", help="Parquet file to write.")],
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            help="Parquet file to write; with --layout parts, a folder: a path or a pyarrow URI "
+            "(file://, s3://, gs://, hdfs://).",
+        ),
+    ],
     seed: Annotated[int, typer.Option("--seed", help="Random seed (>= 0).")] = 0,
     backend: Annotated[
         str, typer.Option("--backend", help="local (processes, default) or ray.")
@@ -442,12 +449,21 @@ def sample(
             "(default 8192); the file is the same for any value.",
         ),
     ] = None,
+    layout: Annotated[
+        str,
+        typer.Option(
+            "--layout",
+            help="file (default: one Parquet file the driver assembles) or parts (a folder of "
+            "Parquet parts the workers write; no assembly, for large sweeps).",
+        ),
+    ] = "file",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Label designs of a space with the oracle and write a Parquet dataset.
 
     The same seed gives the same rows for every backend and worker count. Chunks land in
-    OUT.parts/ as they finish; after an interruption, --resume computes only the missing ones.
+    OUT.parts/ as they finish (with --layout parts, in OUT itself); after an interruption,
+    --resume computes only the missing ones.
     """
 
     def body() -> None:
@@ -468,7 +484,8 @@ def sample(
 
         from deepflow.datasets import sample as run_sample
 
-        _check_out_suffix(out, ".parquet", "a Parquet file")
+        if "://" not in out:
+            _check_out_suffix(Path(out), ".parquet", "a Parquet file")
 
         class RowsPerSecond(ProgressColumn):
             """Rows computed in this run (not those kept from an interrupted one) per second."""
@@ -503,6 +520,7 @@ def sample(
                 space, num_samples=num_samples, out=out, seed=seed, backend=backend,
                 workers=workers if workers is not None else (os.cpu_count() or 1),
                 resume=resume, address=address, chunk_size=chunk_rows, progress=progress,
+                layout=layout,
             )  # fmt: skip
         finally:
             if main:
@@ -794,12 +812,15 @@ def search(
         out_dir = out or Path("results") / study.name
         _check_out_suffix(out_dir, "", "a result")
         settings = study.search
-        if settings.strategy == "botorch":  # minutes per batch: say so before it starts
-            batches = -(-settings.budget // settings.batch_size)
+        # BoTorch takes minutes per batch after the space-filling start: say so before it starts
+        proposed = max(settings.budget - settings.initial_points, 0)
+        batches = -(-proposed // settings.batch_size)
+        if settings.strategy == "botorch" and batches:
             typer.echo(
-                f"note: botorch fits a GP and optimises its acquisition for each of "
-                f"{batches} batch(es) of {settings.batch_size}: about 85 s per batch of 8 on "
-                "the default study's space on one CPU thread (README, performance).",
+                f"note: after {settings.initial_points} space-filling designs, botorch fits a "
+                f"GP and optimises its acquisition for each of {batches} batch(es) of "
+                f"{settings.batch_size}: about 85 s per batch of 8 on the default study's "
+                "space on one CPU thread (README, performance).",
                 err=True,
             )
         bar, progress = _study_progress()

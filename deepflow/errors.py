@@ -44,8 +44,9 @@ class PlausibilityWarning(UserWarning):
 
 
 class StorageError(DeepflowError):
-    """An OS, disk or permission error on a path (exit 1): the message names the path and the
-    cause, e.g. ``out.parquet.parts: No space left on device``."""
+    """An OS, disk or permission error on a path, or a search storage that cannot be reached
+    or written (exit 1): the message names the path or storage and the cause, e.g.
+    ``out.parquet.parts: No space left on device.``"""
 
 
 class LockedError(DeepflowError):

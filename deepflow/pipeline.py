@@ -5,12 +5,15 @@
 
 This module sits above the layers it strings together (datasets, surrogate, search, report);
 none of them imports it.
-The result folder's files are described in ``docs/results.md``; each is written to a
-temporary name and renamed, so a folder never holds a half-written file.
+The result folder's files are described in ``docs/results.md``; they are written to
+temporary names and then renamed together, so a folder never holds a half-written file or a
+mix of two runs' results. A failed search (a full disk, a storage error, an interrupt) leaves
+only what the next run resumes from (:data:`RESUMABLE`), or no folder when there is none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,7 +28,7 @@ import numpy as np
 
 from deepflow import __version__
 from deepflow.datasets.io import oracle_version
-from deepflow.errors import DeepflowError
+from deepflow.errors import StorageError
 from deepflow.search.base import SearchConfig, SearchResult, dumps, run_search
 from deepflow.search.problem import OracleProblem
 from deepflow.search.study import Study, to_mapping
@@ -47,10 +50,36 @@ class StudyOutcome:
     report: Path | None = None
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+#: What a result folder keeps after a failure, for the next run to resume from: the Optuna
+#: storage (with SQLite's journal files, which a rollback needs) and the sampled dataset.
+RESUMABLE = ("optuna.db", "optuna.db-journal", "optuna.db-wal", "optuna.db-shm",
+             "dataset.parquet", "dataset.parquet.space.yaml", "dataset.parquet.parts")  # fmt: skip
+
+
+def _write_files(out_dir: Path, texts: dict[str, str], table: Any = None) -> None:
+    """Write files of ``out_dir`` as a set: each to a temporary name, then all renamed into
+    place, so a failure (a full disk) leaves the previous set whole and no temporary file.
+
+    Args:
+        out_dir: the result folder.
+        texts: file name -> UTF-8 text.
+        table: a DataFrame written as ``trials.parquet`` (None: none).
+    """
+    pid = os.getpid()
+    written: list[tuple[Path, Path]] = []
+    try:
+        if table is not None:
+            written.append((out_dir / f".trials.parquet.tmp-{pid}", out_dir / "trials.parquet"))
+            table.to_parquet(written[-1][0], index=False)
+        for name, text in texts.items():
+            written.append((out_dir / f".{name}.tmp-{pid}", out_dir / name))
+            written[-1][0].write_text(text, encoding="utf-8")
+    except BaseException:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in written:
+        os.replace(tmp, path)
 
 
 def default_storage(out_dir: Path) -> str:
@@ -171,17 +200,13 @@ def write_results(
             "oracle": oracle_version(),
         },
     }
-    table = rows.drop(columns=["z", "info"], errors="ignore")
-    tmp = out_dir / f".trials.parquet.tmp-{os.getpid()}"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, out_dir / "trials.parquet")
-    _write_text(out_dir / "pareto.json", dumps(pareto))
-    _write_text(out_dir / "pareto.yaml", yaml.safe_dump(json.loads(dumps(pareto)), sort_keys=False))
-    _write_text(out_dir / "summary.json", dumps(summary))
-    _write_text(
-        out_dir / "study.yaml",
-        yaml.safe_dump(json.loads(dumps(to_mapping(study))), sort_keys=False),
-    )
+    texts = {
+        "pareto.json": dumps(pareto),
+        "pareto.yaml": yaml.safe_dump(json.loads(dumps(pareto)), sort_keys=False),
+        "summary.json": dumps(summary),
+        "study.yaml": yaml.safe_dump(json.loads(dumps(to_mapping(study))), sort_keys=False),
+    }
+    _write_files(out_dir, texts, rows.drop(columns=["z", "info"], errors="ignore"))
     return designs, summary
 
 
@@ -199,18 +224,72 @@ def search_study(
     Raises:
         ConfigError: the storage holds this study run with other settings; a surrogate
             folder fitted on another space.
+        StorageError: a disk, permission or storage error (an ``OSError`` becomes one): the
+            message names the path and the cause, and what is kept for the next run to
+            resume from, e.g. ``res/.trials.parquet.tmp-42: No space left on device; 96
+            evaluation(s) in res/optuna.db are kept: run the command again to resume (delete
+            res to start over).``
     """
     out = Path(out_dir)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _search_study(study, out, storage, progress, timings)
-    except DeepflowError:
-        # Rejected input (a storage holding another study, bad credentials) or a storage
-        # that cannot be reached: leave nothing behind.
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+    except BaseException as exc:
+        # Rejected input, a full disk, a storage that fails, an interrupt: keep only what
+        # the next run resumes from (none of it in a folder this run created: no folder).
+        kept = _keep_resumable(out, created=created, own_storage=storage is None)
+        hint = f"; {kept} (delete {out} to start over)." if kept else "."
+        if isinstance(exc, OSError):
+            where = exc.filename if exc.filename is not None else out
+            raise StorageError(f"{where}: {exc.strerror or exc}{hint}") from None
+        if isinstance(exc, StorageError) and kept:
+            raise StorageError(f"{str(exc).rstrip('.')}{hint}") from None
         raise
+
+
+def _complete_trials(db: Path) -> int | None:
+    """How many complete trials the SQLite storage file ``db`` holds, read without writing
+    (a full disk does not refuse it); 0 without the file, None when it cannot be read."""
+    import sqlite3
+
+    if not db.is_file():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro",
+                                                uri=True)) as con:  # fmt: skip
+            tables = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'trials'"
+            if not con.execute(tables).fetchone()[0]:  # failed before Optuna made its tables
+                return 0
+            query = "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'"  # Optuna's schema
+            (count,) = con.execute(query).fetchone()
+    except sqlite3.Error:
+        return None
+    return int(count)
+
+
+def _keep_resumable(out: Path, *, created: bool, own_storage: bool) -> str:
+    """After a failure: remove what the next run cannot resume from when this run created
+    ``out`` (all of it when nothing is resumable); say what is kept ('' for nothing)."""
+    evaluations = _complete_trials(out / "optuna.db") if own_storage else 0
+    dataset = [p for p in (out / "dataset.parquet", out / "dataset.parquet.parts") if p.exists()]
+    if created:
+        if evaluations == 0 and not dataset:
+            shutil.rmtree(out, ignore_errors=True)
+            return ""
+        for path in out.iterdir():
+            if path.name in RESUMABLE and (evaluations != 0 or not path.name.startswith("optuna")):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    counted = "the evaluations" if evaluations is None else f"{evaluations} evaluation(s)"
+    kept = [f"{counted} in {out / 'optuna.db'}"] if evaluations != 0 else []
+    kept += [f"the sampled designs in {dataset[0]}"] if dataset else []
+    if not kept:
+        return ""
+    return f"{' and '.join(kept)} are kept: run the command again to resume"
 
 
 def _search_study(
@@ -270,5 +349,5 @@ def run_study(
         outcome.report = write_report(outcome.out_dir)
         timings["report"] = time.perf_counter() - start
         outcome.summary["timings_s"]["report"] = timings["report"]
-        _write_text(outcome.out_dir / "summary.json", dumps(outcome.summary))
+        _write_files(outcome.out_dir, {"summary.json": dumps(outcome.summary)})
     return outcome

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,15 @@ def _no_traceback(result: Any) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def _error_line(result: Any) -> str:
+    """The one ``error:`` line of a command that exited with 1 (after its progress bar)."""
+    assert result.exit_code == 1, result.output
+    _no_traceback(result)
+    lines = result.output.strip().splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result.output
+    return lines[-1]
+
+
 # ------------------------------------------------------------------------------ plausibility
 def test_a_tb_figure_in_a_gb_key_warns_naming_the_unit(tmp_path: Path) -> None:
     raw = copy.deepcopy(SCENARIO)
@@ -56,16 +66,21 @@ def test_a_tb_figure_in_a_gb_key_warns_naming_the_unit(tmp_path: Path) -> None:
     assert "warning: " in result.output and "it looks like TB/s" in result.output
 
 
-def test_an_absurd_batch_warns(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("batch", "shown"), [(8 * 10**18, "8e+18 sequences of 8192 tokens is 6.55e+22"),
+                         (10**30, "1e+30 sequences of 8192 tokens is 8.19e+33")]
+)  # fmt: skip
+def test_an_absurd_batch_warns(batch: int, shown: str, tmp_path: Path) -> None:
     raw = copy.deepcopy(SCENARIO)
-    raw["workload"]["global_batch_size"] = 8 * 10**18
+    raw["workload"]["global_batch_size"] = batch
     path = _write(tmp_path, raw)
     result = runner.invoke(app, ["evaluate", str(path), "--json"])
     assert result.exit_code == 0
     assert (
-        f"warning: {path}: workload.global_batch_size = 8e+18 sequences of 8192 tokens is "
-        "6.55e+22 tokens per step; real runs take at most ~16M (Llama 3 405B): check the batch."
+        f"warning: {path}: workload.global_batch_size = {shown} tokens per step; real runs "
+        "take at most ~16M (Llama 3 405B): check the batch."
     ) in result.output
+    assert json.loads(result.stdout)["step_time_s"] > 0
 
 
 @pytest.mark.parametrize(
@@ -101,6 +116,86 @@ def test_link_slip_is_named(tmp_path: Path) -> None:
 def test_shipped_scenarios_raise_no_plausibility_warning() -> None:
     for path in sorted((REPO / "configs" / "scenarios").glob("*.yaml")):
         assert plausibility_warnings(load_scenario(path)) == []  # filterwarnings = error
+
+
+# ------------------------------------------------------------------------------ spaces
+SPACE_BASE: dict[str, Any] = {
+    "system": {"device": "h100-like-4nm", "network": "dgx-h100", "devices_per_node": 8,
+               "num_nodes": 128},
+    "workload": {"model": "gpt3-175b", "global_batch_size": 1536, "precision": "bf16"},
+    "mapping": {"data_parallel": 16, "tensor_parallel": 8, "pipeline_parallel": 8},
+}  # fmt: skip
+
+
+def test_a_space_warns_of_implausible_bounds_choices_and_values(tmp_path: Path) -> None:
+    from deepflow.datasets import load_space
+
+    raw = {"base": SPACE_BASE, "variables": {
+        "tdp_W": {"type": "continuous", "low": 5, "high": 50},  # the issue's 5-50 W space
+        "die_area_mm2": {"type": "categorical", "choices": [8.14, 800]},
+        "dram_stack_capacity_GiB": 24576,
+        "global_batch_size": {"type": "categorical", "choices": [1536, 10**7]},
+    }}  # fmt: skip
+    path = _write(tmp_path, raw, "sp.yaml")
+    with pytest.warns(PlausibilityWarning) as record:
+        load_space(path)
+    assert [str(w.message) for w in record] == [  # in the file's (sorted) order
+        f"{path}: variables.die_area_mm2.choices[0] = 8.14 is far outside the range of real "
+        "devices (100–46225 mm²); it looks like cm² (8.14 cm² = 814 mm²).",
+        f"{path}: variables.dram_stack_capacity_GiB = 24576 is far outside the range of real "
+        "devices (4–36 GiB); it looks like MiB (24576 MiB = 24 GiB).",
+        f"{path}: variables.global_batch_size.choices[1] = 1e+07 sequences of 2048 tokens is "
+        "2.05e+10 tokens per step; real runs take at most ~16M (Llama 3 405B): check the batch.",
+        f"{path}: variables.tdp_W.low = 5 is far below the range of real devices "
+        "(75–1200 W); check its unit.",
+    ]
+    out = tmp_path / "d.parquet"
+    result = runner.invoke(app, ["sample", str(path), "--num-samples", "4", "--out", str(out),
+                                 "--workers", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output  # a warning, not an error
+    assert "warning: " + str(record[-1].message) in result.stderr
+    _no_traceback(result)
+
+
+def test_a_space_warns_of_its_inline_base_and_its_device_choices(tmp_path: Path) -> None:
+    from deepflow.datasets import load_space
+
+    h100 = (REPO / "configs" / "devices" / "h100-sxm5-80gb.yaml").read_text(encoding="utf-8")
+    assert "hbm_bandwidth_GBps: 3350 " in h100
+    slip = h100.replace("hbm_bandwidth_GBps: 3350 ", "hbm_bandwidth_GBps: 3.35 ")
+    (tmp_path / "slow.yaml").write_text(slip, encoding="utf-8")
+    base = copy.deepcopy(SCENARIO)
+    base["system"]["network"] = {"base": "dgx-h100", "scale_up": {"latency_us": 2000}}
+    raw = {
+        "base": base,
+        "variables": {
+            "device": {"type": "categorical", "choices": ["h100-sxm5-80gb", "slow.yaml"]}
+        },
+    }
+    path = _write(tmp_path, raw, "sp.yaml")
+    with pytest.warns(PlausibilityWarning) as record:
+        load_space(path)
+    messages = [str(w.message) for w in record]
+    assert messages[0].startswith(
+        f"{path}: base: system.network.scale_up.latency_us = 2000 is far outside the range"
+    )
+    assert messages[1:] == [
+        f"{path}: variables.device.choices[1].hbm_bandwidth_GBps = 3.35 is far outside the "
+        "range of real devices (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).",
+    ]
+
+
+def test_shipped_spaces_and_studies_raise_no_plausibility_warning() -> None:
+    from deepflow.datasets import load_space
+    from deepflow.datasets.space import plausibility_warnings as space_warnings
+    from deepflow.search.study import load_study
+
+    spaces = sorted((REPO / "configs" / "spaces").glob("*.yaml"))
+    assert len(spaces) >= 7
+    for path in spaces:
+        assert space_warnings(load_space(path)) == []  # filterwarnings = error
+    for path in sorted((REPO / "configs" / "studies").glob("*.yaml")):
+        load_study(path)
 
 
 # ------------------------------------------------------------------------------ YAML keys
@@ -262,6 +357,158 @@ def test_a_full_disk_before_any_chunk_leaves_nothing(tmp_path: Path, monkeypatch
     manifest = tmp_path / "d.parquet.parts" / "manifest.json"
     assert result.output.strip() == f"error: {manifest}: No space left on device."
     assert list(tmp_path.iterdir()) == []
+
+
+def _toy_study(tmp_path: Path, budget: int = 4) -> Path:
+    """A quick study: random search on the spec-mode mapping space."""
+    raw = {"name": "toy", "space": str(SPACE),
+           "search": {"strategy": "random", "budget": budget, "batch_size": 4,
+                      "initial_points": 4}}  # fmt: skip
+    return _write(tmp_path, raw, f"toy-{budget}.yaml")
+
+
+RESULT_FILES = ["optuna.db", "pareto.json", "pareto.yaml", "study.yaml", "summary.json",
+                "trials.parquet"]  # fmt: skip
+
+
+def _full_disk_for(monkeypatch: Any, prefix: str) -> None:
+    """Writes of files whose name starts with ``prefix`` put a few bytes down, then fail as a
+    full disk does (Path.write_text and DataFrame.to_parquet)."""
+    import pandas as pd
+
+    real_text, real_parquet = Path.write_text, pd.DataFrame.to_parquet
+
+    def full(path: Path) -> None:
+        with open(path, "wb") as fh:
+            fh.write(b"half")
+        raise OSError(28, "No space left on device", str(path))
+
+    def write_text(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name.startswith(prefix):
+            full(self)
+        return real_text(self, *args, **kwargs)
+
+    def to_parquet(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name.startswith(prefix):
+            full(Path(path))
+        return real_parquet(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", to_parquet)
+
+
+@pytest.mark.parametrize("file", [".trials.parquet.tmp", ".summary.json.tmp"])
+def test_a_full_disk_at_the_end_of_a_search_keeps_its_evaluations(
+    file: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import os
+
+    study = _toy_study(tmp_path)
+    out = tmp_path / "res"
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, file)
+        result = runner.invoke(app, ["search", str(study), "--out", str(out)])
+    assert _error_line(result) == (
+        f"error: {out / file}-{os.getpid()}: No space left on device; 4 evaluation(s) in "
+        f"{out / 'optuna.db'} are kept: run the command again to resume (delete {out} to "
+        "start over)."
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["optuna.db"]  # nothing half-written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", study.name]  # no lock
+    again = runner.invoke(app, ["search", str(study), "--out", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["num_evaluations"] == 4
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES
+
+
+def test_a_full_disk_keeps_the_previous_results_whole(tmp_path: Path, monkeypatch: Any) -> None:
+    out = tmp_path / "res"
+    first = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "optuna.db"}
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, ".pareto.yaml.tmp")  # after trials.parquet and pareto.json
+        result = runner.invoke(app, ["search", str(_toy_study(tmp_path, 8)), "--out", str(out)])
+    assert "; 8 evaluation(s) in " in _error_line(result)
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "optuna.db"} == before
+
+
+def _sqlite_full(pages: Callable[[], int]) -> Any:
+    """While active, every SQLite connection may grow its database to ``pages()`` pages only:
+    SQLite then fails as on a full disk ("database or disk is full")."""
+    import contextlib
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def limit(connection: Any, _record: Any) -> None:
+        connection.execute(f"PRAGMA max_page_count = {pages()}")
+
+    @contextlib.contextmanager
+    def active() -> Any:
+        event.listen(Engine, "connect", limit)
+        try:
+            yield
+        finally:
+            event.remove(Engine, "connect", limit)
+
+    return active()
+
+
+def test_a_full_disk_during_a_search_keeps_its_evaluations(tmp_path: Path) -> None:
+    import sqlite3
+
+    out = tmp_path / "res"
+    first = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    db = out / "optuna.db"
+
+    def pages_now() -> int:
+        with sqlite3.connect(db) as con:
+            return int(con.execute("PRAGMA page_count").fetchone()[0])
+
+    bigger = _toy_study(tmp_path, 64)
+    with _sqlite_full(pages_now):
+        result = runner.invoke(app, ["search", str(bigger), "--out", str(out)])
+    url = f"sqlite:///{db.resolve()}"
+    line = _error_line(result)
+    assert line.startswith(f"error: {url}: storage failure: database or disk is full; ")
+    assert line.endswith(
+        f" evaluation(s) in {db} are kept: run the command again to resume (delete {out} to "
+        "start over)."
+    )
+    kept = int(line.split("; ")[1].split(" evaluation(s)")[0])
+    assert 4 <= kept < 64
+    resumed = runner.invoke(app, ["search", str(bigger), "--out", str(out), "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["num_evaluations"] == 64
+
+
+def test_a_full_disk_before_any_evaluation_leaves_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    with _sqlite_full(lambda: 1):  # not even Optuna's tables fit
+        result = runner.invoke(app, ["search", str(_toy_study(tmp_path)), "--out", str(out)])
+    url = f"sqlite:///{(out / 'optuna.db').resolve()}"
+    assert _error_line(result) == f"error: {url}: storage failure: database or disk is full."
+    assert not out.exists()
+
+
+def test_a_full_disk_at_the_report_keeps_the_results(tmp_path: Path, monkeypatch: Any) -> None:
+    import os
+
+    out = tmp_path / "res"
+    with monkeypatch.context() as patch:
+        _full_disk_for(patch, ".report.html.tmp")
+        result = runner.invoke(app, ["run", str(_toy_study(tmp_path)), "--out", str(out)])
+    tmp = out / f".report.html.tmp-{os.getpid()}"
+    assert _error_line(result) == (
+        f"error: {tmp}: No space left on device; nothing of the report was written."
+    )
+    assert sorted(p.name for p in out.iterdir()) == RESULT_FILES  # complete, no report
+    again = runner.invoke(app, ["run", str(_toy_study(tmp_path)), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert (out / "report.html").is_file() and (out / "figures").is_dir()
 
 
 def test_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch: Any) -> None:
@@ -476,7 +723,10 @@ def test_a_botorch_search_says_it_is_slow(tmp_path: Path, live_pid: int) -> None
     result = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "20",
                                  "--out", str(out)])  # fmt: skip
     assert result.stderr.startswith(
-        "note: botorch fits a GP and optimises its acquisition for each of 3 batch(es) of 8: "
-        "about 85 s per batch of 8 on the default study's space on one CPU thread (README, "
-        "performance).\n"
+        "note: after 16 space-filling designs, botorch fits a GP and optimises its acquisition "
+        "for each of 1 batch(es) of 8: about 85 s per batch of 8 on the default study's space "
+        "on one CPU thread (README, performance).\n"
     )
+    start = runner.invoke(app, ["search", str(study), "--strategy", "botorch", "--budget", "16",
+                                "--out", str(out)])  # fmt: skip
+    assert start.exit_code == 1 and "note:" not in start.stderr  # Sobol designs only

@@ -17,10 +17,26 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from deepflow.config.specs import DesignDeviceSpec, DeviceSpec, Scenario, TransformerSpec
+from deepflow.config.specs import (
+    DesignDeviceSpec,
+    DeviceSpec,
+    ModelSpec,
+    NetworkSpec,
+    Scenario,
+    TransformerSpec,
+)
 from deepflow.errors import PlausibilityWarning
 
-__all__ = ["MARGIN", "plausibility_warnings", "warn_implausible"]
+__all__ = [
+    "MARGIN",
+    "RANGES",
+    "batch_warning",
+    "device_warnings",
+    "link_warnings",
+    "plausibility_warnings",
+    "value_warning",
+    "warn_implausible",
+]
 
 #: How far outside the real range a value must lie to be flagged.
 MARGIN = 10.0
@@ -56,6 +72,10 @@ _DIE = _Range("die_area_mm2", "mm²", 100, 46225, ((100, "cm²"),))
 _LINK_BW = _Range("bandwidth_GBps", "GB/s", 12.5, 900,
                   ((1e3, "TB/s"), (1e-9, "B/s")))  # fmt: skip
 _LATENCY = _Range("latency_us", "µs", 0.5, 10, ((1e-3, "ns"), (1e6, "s"), (1e3, "ms")))
+#: One HBM stack: 4 GiB (HBM2: the V100's 16 GiB in 4 stacks) .. 36 GB (HBM3E 12-high: B200).
+_STACK = _Range("dram_stack_capacity_GiB", "GiB", 4, 36, ((1 / 1024, "MiB"), (1 / GiB, "bytes")))
+#: The ranges by YAML key; a design space's variables of these names are checked too.
+RANGES = {r.key: r for r in (_HBM_BW, _HBM_CAP, _TFLOPS, _CLOCK, _TDP, _DIE, _STACK)}
 #: Tokens per optimizer step: GPT-3 3.2 M (Brown et al. 2020, Table 2.1), Llama 3 405B 16 M
 #: (Dubey et al. 2024, §3.4); anything above 1e9 tokens per step is no training run.
 MAX_TOKENS_PER_STEP = 1e9
@@ -64,9 +84,28 @@ MAX_BATCH = 1e7
 
 
 def _check(r: _Range, where: str, value: float, sub: str = "") -> str | None:
+    return _message(r, f"{where}.{r.key}{sub}", value)
+
+
+def value_warning(key: str, value: float, where: str) -> str | None:
+    """The message for a value of the YAML key ``key`` (one of :data:`RANGES`) far outside
+    the range real hardware spans, else None.
+
+    Args:
+        key: the key whose range applies, e.g. ``tdp_W``.
+        value: the value, in the key's unit.
+        where: the dotted key the message names, e.g. ``variables.tdp_W.low``.
+
+    Returns:
+        e.g. ``variables.tdp_W.low = 5 is far below the range of real devices (75–1200 W);
+        check its unit.``, or None for a plausible value.
+    """
+    return _message(RANGES[key], where, value)
+
+
+def _message(r: _Range, where: str, value: float) -> str | None:
     if r.low / MARGIN <= value <= r.high * MARGIN:
         return None
-    where = f"{where}.{r.key}{sub}"
     real = f"real devices ({r.low:g}–{r.high:g} {r.unit})"
     for factor, unit in r.slips:
         if r.low <= value * factor <= r.high:
@@ -101,26 +140,43 @@ def plausibility_warnings(scenario: Scenario) -> list[str]:
     devices (900–8000 GB/s); it looks like TB/s (3.35 TB/s = 3350 GB/s).``
     """
     system, workload = scenario.system, scenario.workload
-    found = list(_device(system.device, "system.device"))
+    found = [*device_warnings(system.device, "system.device"),
+             *link_warnings(system.network, "system.network"),
+             batch_warning(workload.global_batch_size, workload.model,
+                           "workload.global_batch_size")]  # fmt: skip
+    return [f"{scenario.source}: {m}" for m in found if m is not None]
+
+
+def device_warnings(device: DeviceSpec | DesignDeviceSpec, where: str) -> list[str]:
+    """The messages for a device's implausible values; ``where`` is its dotted key."""
+    return [m for m in _device(device, where) if m is not None]
+
+
+def link_warnings(network: NetworkSpec, where: str) -> list[str]:
+    """The messages for a network's implausible link bandwidths and latencies."""
+    found = []
     for part in ("scale_up", "scale_out"):
-        link = getattr(system.network, part)
-        where = f"system.network.{part}"
-        found.append(_check(_LINK_BW, where, link.bandwidth_Bps / GB))
+        link = getattr(network, part)
+        found.append(_check(_LINK_BW, f"{where}.{part}", link.bandwidth_Bps / GB))
         if link.latency_s > 0:
-            found.append(_check(_LATENCY, where, link.latency_s * 1e6))
-    model, batch = workload.model, workload.global_batch_size
+            found.append(_check(_LATENCY, f"{where}.{part}", link.latency_s * 1e6))
+    return [m for m in found if m is not None]
+
+
+def batch_warning(batch: float, model: ModelSpec, where: str) -> str | None:
+    """The message for a global batch (sequences per step) no real run takes, else None."""
     if isinstance(model, TransformerSpec) and batch * model.seq_length > MAX_TOKENS_PER_STEP:
-        found.append(
-            f"workload.global_batch_size = {batch:g} sequences of {model.seq_length} tokens "
-            f"is {batch * model.seq_length:.3g} tokens per step; real runs take at most ~16M "
+        return (
+            f"{where} = {batch:g} sequences of {model.seq_length} tokens is "
+            f"{batch * model.seq_length:.3g} tokens per step; real runs take at most ~16M "
             f"(Llama 3 405B): check the batch."
         )
-    elif not isinstance(model, TransformerSpec) and batch > MAX_BATCH:
-        found.append(
-            f"workload.global_batch_size = {batch:g} is far above any real run (at most "
-            f"{MAX_BATCH:g}): check the batch."
+    if not isinstance(model, TransformerSpec) and batch > MAX_BATCH:
+        return (
+            f"{where} = {batch:g} is far above any real run (at most {MAX_BATCH:g}): check "
+            "the batch."
         )
-    return [f"{scenario.source}: {m}" for m in found if m is not None]
+    return None
 
 
 def warn_implausible(scenario: Scenario) -> None:

@@ -11,6 +11,10 @@ way). ``resume=True`` keeps the recorded chunks (their SHA-256 re-checked) and c
 rest; the final Parquet is assembled in chunk order, as the chunks arrive, into a temporary
 file renamed into place once complete, then the parts folder is removed. A run killed at any
 moment therefore resumes to a file identical, row for row, to an uninterrupted run.
+
+``layout="parts"`` (:mod:`deepflow.datasets.parts`) assembles nothing: the workers write
+their chunks, in the dataset's final form, into the output folder (a local path or a pyarrow
+URI such as ``s3://``), and the driver keeps only the manifest.
 """
 
 from __future__ import annotations
@@ -46,13 +50,17 @@ from deepflow.datasets.io import (
     write_options,
 )
 from deepflow.datasets.label import arrow_schema, cube_rows, label_points, output_names
+from deepflow.datasets.parts import MANIFEST as PARTS_MANIFEST
+from deepflow.datasets.parts import Location, part_name, sha256
 from deepflow.datasets.space import DesignSpace, load_space, space_from_text
 from deepflow.errors import ConfigError, DeepflowError, StorageError
 from deepflow.lock import hold_lock
 
-__all__ = ["BACKENDS", "SampleResult", "sample"]
+__all__ = ["BACKENDS", "LAYOUTS", "SampleResult", "sample"]
 
 BACKENDS = ("local", "ray")
+#: ``file``: one Parquet file the driver assembles; ``parts``: a folder of the workers' parts.
+LAYOUTS = ("file", "parts")
 #: Rows per chunk by default: a chunk takes about a second on one worker (the progress moves
 #: about once a second per worker), and per-chunk costs (a part file, a manifest entry) stay
 #: a few per cent of the labelling.
@@ -64,9 +72,9 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class SampleResult:
-    """What :func:`sample` wrote."""
+    """What :func:`sample` wrote (``path``: the file, or the parts folder as given)."""
 
-    path: Path
+    path: Path | str
     num_rows: int
     num_feasible: int
     num_chunks: int
@@ -91,6 +99,9 @@ class _Job:
     num_samples: int
     oracle_version: str
     config_path: str
+    #: The dataset's file metadata, for parts written in their final form (layout ``parts``);
+    #: None: temporary parts for the driver to assemble.
+    metadata: dict[bytes, bytes] | None = None
 
 
 @functools.lru_cache(maxsize=4)
@@ -121,33 +132,26 @@ def compute_chunk(job: _Job, index: int, start: int, stop: int,
     return index, table_bytes(_label_chunk(space, job, start, stop, u), temporary=True)
 
 
-def compute_chunk_to(job: _Job, index: int, start: int, stop: int,
-                     parts: str) -> tuple[int, int, str]:  # fmt: skip
-    """Ray worker entry point: compute a chunk and write it into the parts folder ``parts``
-    itself (through ``pyarrow.fs``: a temporary name, then a move), so that no row travels
-    through the driver. Returns (index, rows, SHA-256 of the file) for the manifest.
+Written = tuple[int, int, str, int]  # (index, rows, SHA-256 of the file, feasible rows)
+
+
+def compute_chunk_to(job: _Job, index: int, start: int, stop: int, parts: str) -> Written:
+    """Worker entry point: compute a chunk and write it into the folder ``parts`` (a local
+    path or a pyarrow URI) itself, through ``pyarrow.fs`` (a temporary name, then a move), so
+    that no row travels through the driver; in final form with ``job.metadata``, else as a
+    temporary part. Returns (index, rows, SHA-256 of the file, feasible rows) for the manifest.
     """
-    import socket
-
-    from pyarrow import fs
-
     _reuse_freed_memory()
     space = _worker_space(job.text, job.file, job.base_dir, job.config_path)
     _check_worker_oracle(job)
-    data = table_bytes(_label_chunk(space, job, start, stop, None), temporary=True)
-    filesystem, folder = fs.FileSystem.from_uri(parts) if "://" in parts else (
-        fs.LocalFileSystem(), parts)  # fmt: skip
-    final = _chunk_path(Path(folder), index)
-    tmp = final.with_name(f".{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-    try:
-        with filesystem.open_output_stream(tmp.as_posix()) as fh:
-            fh.write(data)
-        filesystem.move(tmp.as_posix(), final.as_posix())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            filesystem.delete_file(tmp.as_posix())
-        raise
-    return index, stop - start, hashlib.sha256(data).hexdigest()
+    table = _label_chunk(space, job, start, stop, None)
+    if job.metadata is None:
+        data = table_bytes(table, temporary=True)
+    else:
+        table = table.replace_schema_metadata(job.metadata)
+        data = table_bytes(table)
+    Location.of(parts).write(part_name(index), data)
+    return index, stop - start, sha256(data), _count_true(table.column("feasible"))
 
 
 def _check_worker_oracle(job: _Job) -> None:
@@ -250,7 +254,9 @@ def _run_local(job: _Job, chunks: list[Chunk], workers: int,
 
 
 def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
-             parts: Path) -> Iterator[Result]:  # fmt: skip
+             parts: str) -> Iterator[Written]:  # fmt: skip
+    """The chunks on Ray tasks that write them into the folder ``parts`` (a local path or a
+    pyarrow URI) themselves; what each wrote, as it finishes."""
     if address is None:
         # Ray 2.60 turns on token authentication by default; a private local cluster needs none.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -278,8 +284,7 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
     lost = False
     try:
         remote = ray.remote(num_cpus=1)(compute_chunk_to)
-        folder = str(parts.resolve())
-        pending = [remote.remote(job, *c, folder) for c in chunks]
+        pending = [remote.remote(job, *c, parts) for c in chunks]
         silent_s = 0.0
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=_HEAD_POLL_s)
@@ -297,12 +302,25 @@ def _run_ray(job: _Job, chunks: list[Chunk], workers: int, address: str | None,
             except ray.exceptions.RayTaskError as exc:  # the worker's own error, one line
                 if isinstance(exc.cause, DeepflowError):
                     raise DeepflowError(str(exc.cause)) from None
+                if isinstance(exc.cause, OSError):  # the worker's write: one line, kept parts
+                    raise exc.cause from None
                 raise
-            index, rows, sha = result
-            yield index, None, (rows, sha)
+            yield result
     finally:
         if not lost:  # with the head gone, Ray's shutdown waits a minute for it
             ray.shutdown()
+
+
+def _assembled(written: Iterator[Written]) -> Iterator[Result]:
+    """Parts the workers wrote, as results for the single-file assembly; closing this closes
+    ``written`` (and with it the backend)."""
+    try:
+        for index, rows, sha, _ in written:
+            yield index, None, (rows, sha)
+    finally:
+        close = getattr(written, "close", None)
+        if close is not None:
+            close()
 
 
 #: How often the driver looks for the Ray head while no chunk finishes, and how long it may
@@ -332,14 +350,6 @@ def _chunk_path(parts: Path, index: int) -> Path:
     return parts / f"chunk-{index:06d}.parquet"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _run_parameters(space: DesignSpace, seed: int, num_samples: int, chunk_size: int,
                     version: str) -> dict[str, Any]:  # fmt: skip
     return {
@@ -354,27 +364,7 @@ def _run_parameters(space: DesignSpace, seed: int, num_samples: int, chunk_size:
 
 def _read_manifest(parts: Path, expected: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Chunks a previous run finished (verified), or an error if the runs differ."""
-    path = parts / MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: unreadable manifest ({exc}); delete {parts} to start over."
-        ) from exc
-    for key, value in expected.items():
-        if manifest.get(key) != value:
-            raise ConfigError(
-                f"{path}: cannot resume: {key} was {manifest.get(key)!r}, now {value!r}; "
-                f"delete {parts} or run with the same inputs."
-            )
-    done: dict[str, dict[str, Any]] = {}
-    for key, entry in manifest.get("chunks", {}).items():
-        chunk = _chunk_path(parts, int(key))
-        if chunk.is_file() and _sha256(chunk) == entry.get("sha256"):
-            done[key] = entry
-    return done
+    return Location.of(parts).finished_chunks(expected, MANIFEST)
 
 
 def _write_manifest(parts: Path, params: dict[str, Any], chunks: dict[str, Any]) -> None:
@@ -421,6 +411,7 @@ def sample(
     address: str | None = None,
     chunk_size: int | None = None,
     progress: Progress | None = None,
+    layout: str = "file",
 ) -> SampleResult:
     """Label ``num_samples`` designs of a space with the oracle and write them to Parquet.
 
@@ -437,6 +428,9 @@ def sample(
             :data:`DEFAULT_CHUNK_ROWS`, at most the space's ``chunk_size``); any value gives
             the same file, byte for byte (its row groups hold the space's ``chunk_size`` rows).
         progress: called with (rows done, rows total) after each chunk.
+        layout: ``file`` (one Parquet file ``out``) or ``parts``: ``out`` is a folder, a local
+            path or a pyarrow URI (``file://``, ``s3://``, ...), of Parquet parts the workers
+            write themselves (:mod:`deepflow.datasets.parts`); ``resume`` continues it.
 
     Returns:
         A :class:`SampleResult`.
@@ -446,8 +440,19 @@ def sample(
             differ from the interrupted run's.
     """
     _check_args(num_samples, seed, backend, workers, address, chunk_size)
+    if layout not in LAYOUTS:
+        raise ConfigError(f"--layout must be one of: {', '.join(LAYOUTS)}; got {layout!r}.")
+    if layout == "file" and "://" in str(out):
+        raise ConfigError(
+            f"--out {out}: a URI takes the parts layout (--layout parts); the file layout "
+            "writes one local file."
+        )
     loaded = space if isinstance(space, DesignSpace) else load_space(space)
     loaded.check_num_samples(num_samples)
+    if layout == "parts":
+        return _sample_parts(loaded, str(out), num_samples=num_samples, seed=seed,
+                             backend=backend, workers=workers, resume=resume, address=address,
+                             chunk_size=chunk_size, progress=progress)  # fmt: skip
     out_path = Path(out)
     if not out_path.parent.is_dir():
         raise ConfigError(f"{out}: folder {out_path.parent} does not exist.")
@@ -469,18 +474,29 @@ def sample(
 def _storage_error(exc: OSError, out: Path) -> StorageError:
     """An OS error of a run as one line naming the path and the cause. Finished chunks stay
     in the parts folder for ``--resume``; a parts folder with none is removed."""
-    where = exc.filename if exc.filename is not None else out
-    cause = exc.strerror or str(exc)
     parts = _parts_dir(out)
-    try:
-        chunks = len(json.loads((parts / MANIFEST).read_text(encoding="utf-8"))["chunks"])
-    except (OSError, ValueError, KeyError, TypeError):
-        chunks = 0
+    chunks = _recorded(Location.of(parts), MANIFEST)
     if not chunks:
         shutil.rmtree(parts, ignore_errors=True)
+    return _kept_error(exc, out, chunks, parts)
+
+
+def _recorded(loc: Location, name: str) -> int:
+    """How many chunks the manifest ``name`` of ``loc`` records (0 when it cannot be read)."""
+    try:
+        return len((loc.read_manifest(name) or {})["chunks"])
+    except (OSError, ConfigError, KeyError, TypeError):
+        return 0
+
+
+def _kept_error(exc: OSError, out: str | Path, chunks: int, folder: str | Path) -> StorageError:
+    """``PATH: cause.``, and where the ``chunks`` finished chunks are kept for ``--resume``."""
+    where = exc.filename if exc.filename is not None else out
+    cause = exc.strerror or str(exc)
+    if not chunks:
         return StorageError(f"{where}: {cause}.")
     return StorageError(
-        f"{where}: {cause}; {chunks} finished chunk(s) are kept in {parts} for --resume "
+        f"{where}: {cause}; {chunks} finished chunk(s) are kept in {folder} for --resume "
         "(delete it to start over)."
     )
 
@@ -516,7 +532,8 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
     workers = min(workers, max(len(pending), 1))
     results: Iterable[Result] = (
         () if not pending
-        else _run_ray(job, pending, workers, address, parts) if backend == "ray"
+        else _assembled(_run_ray(job, pending, workers, address, str(parts.resolve())))
+        if backend == "ray"
         else _run_local(job, pending, workers, loaded)
     )  # fmt: skip
     with (
@@ -553,6 +570,121 @@ def _sample_locked(loaded: DesignSpace, out_path: Path, params: dict[str, Any], 
                         seconds=time.perf_counter() - t0)  # fmt: skip
 
 
+# ------------------------------------------------------------------------- parts layout
+def _sample_parts(loaded: DesignSpace, out: str, *, num_samples: int, seed: int, backend: str,
+                  workers: int, resume: bool, address: str | None, chunk_size: int | None,
+                  progress: Progress | None) -> SampleResult:  # fmt: skip
+    """:func:`sample` with ``layout="parts"``: the workers write the dataset's parts into the
+    folder ``out`` (a local path, locked as a file output is, or a pyarrow URI)."""
+    loc = Location.of(out)
+    local = loc.local
+    if local is not None and not local.parent.is_dir():
+        raise ConfigError(f"{out}: folder {local.parent} does not exist.")
+    if loc.kind() == "file":
+        raise ConfigError(f"{out}: is a file; the parts layout writes a folder.")
+    size = chunk_size or min(loaded.chunk_size, DEFAULT_CHUNK_ROWS)
+    params = _run_parameters(loaded, seed, num_samples, size, oracle_version())
+    arrow_schema(loaded)  # evaluates the base once: fails here, before any write
+    lock = hold_lock(local, what=f"dataset {out}") if local is not None else (
+        contextlib.nullcontext())  # fmt: skip
+    try:
+        with lock:
+            return _sample_parts_locked(loaded, loc, out, params, backend=backend,
+                                        workers=workers, resume=resume, address=address,
+                                        progress=progress)  # fmt: skip
+    except OSError as exc:
+        raise _kept_error(exc, out, _recorded(loc, PARTS_MANIFEST), out) from None
+
+
+def _sample_parts_locked(loaded: DesignSpace, loc: Location, out: str, params: dict[str, Any],
+                         *, backend: str, workers: int, resume: bool, address: str | None,
+                         progress: Progress | None) -> SampleResult:  # fmt: skip
+    num_samples, size = params["num_samples"], params["chunk_size"]
+    chunks = plan_chunks(num_samples, size)
+    manifest = loc.read_manifest(PARTS_MANIFEST)
+    if manifest is not None and not resume:
+        if manifest.get("complete"):
+            raise ConfigError(f"{out} holds a finished dataset; delete it to sample again "
+                              "(--resume keeps it when the inputs are the same).")  # fmt: skip
+        raise ConfigError(f"{out} holds an interrupted run; pass --resume to continue it, or "
+                          "delete it.")  # fmt: skip
+    from pyarrow import fs
+
+    created = loc.kind() == "none"
+    if manifest is None and not created and loc.filesystem.get_file_info(
+            fs.FileSelector(loc.root)):  # fmt: skip
+        raise ConfigError(f"{out}: a folder that holds no deepflow dataset; give a new or "
+                          "empty folder.")  # fmt: skip
+    done = loc.finished_chunks(params, PARTS_MANIFEST) if manifest is not None else {}
+    head = {"manifest_format": MANIFEST_FORMAT, "layout": "parts", **params,
+            "num_chunks": len(chunks)}  # fmt: skip
+
+    def record(complete: bool) -> None:
+        loc.write_manifest(
+            {
+                **head,
+                "complete": complete,
+                "chunks": dict(sorted(done.items(), key=lambda kv: int(kv[0]))),
+            }
+        )
+
+    t0 = time.perf_counter()
+    pending = [c for c in chunks if str(c[0]) not in done]
+    resumed = rows_done = sum(int(e["rows"]) for e in done.values())
+    if progress is not None:
+        progress(rows_done, num_samples)
+    job = _Job(text=loaded.text, file=loaded.file, base_dir=loaded.base_dir,
+               seed=params["seed"], num_samples=num_samples,
+               oracle_version=params["oracle_version"],
+               config_path=os.environ.get("DEEPFLOW_CONFIG_PATH", ""),
+               metadata=dataset_metadata(loaded, params))  # fmt: skip
+    workers = min(workers, max(len(pending), 1))
+    try:
+        loc.filesystem.create_dir(loc.root, recursive=True)
+        record(False)
+        results: Iterable[Written] = (
+            () if not pending
+            else _run_ray(job, pending, workers, address, loc.uri) if backend == "ray"
+            else _run_local_parts(job, pending, workers, loc.uri)
+        )  # fmt: skip
+        sizes = {index: stop - start for index, start, stop in chunks}
+        with _closing(results):
+            for index, rows, sha, feasible in results:
+                if rows != sizes[index]:
+                    raise DeepflowError(f"chunk {index}: its worker wrote {rows} rows of "
+                                        f"{sizes[index]}.")  # fmt: skip
+                done[str(index)] = {"rows": rows, "feasible": feasible, "sha256": sha}
+                record(False)
+                rows_done += rows
+                if progress is not None:
+                    progress(rows_done, num_samples)
+        record(True)
+    except BaseException:
+        if created and not done:  # nothing to resume: no folder left behind
+            with contextlib.suppress(OSError):
+                loc.filesystem.delete_dir(loc.root)
+        raise
+    return SampleResult(path=out, num_rows=num_samples,
+                        num_feasible=sum(int(e["feasible"]) for e in done.values()),
+                        num_chunks=len(chunks), resumed_rows=resumed,
+                        seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def _run_local_parts(job: _Job, chunks: list[Chunk], workers: int,
+                     parts: str) -> Iterator[Written]:  # fmt: skip
+    """The chunks on local processes (or this one) that write their parts themselves."""
+    if workers == 1 or len(chunks) == 1:
+        for chunk in chunks:
+            yield compute_chunk_to(job, *chunk, parts)
+        return
+    from joblib import Parallel, delayed
+
+    parallel = Parallel(n_jobs=workers, backend="loky", batch_size=1,
+                        return_as="generator_unordered", initializer=_die_with_parent,
+                        initargs=(os.getpid(),))  # fmt: skip
+    yield from parallel(delayed(compute_chunk_to)(job, *c, parts) for c in chunks)
+
+
 @contextlib.contextmanager
 def _forget_if_nothing_done(parts: Path, done: dict[str, Any]) -> Iterator[None]:
     """A run that fails before any chunk is recorded leaves no parts folder (it would block
@@ -566,7 +698,7 @@ def _forget_if_nothing_done(parts: Path, done: dict[str, Any]) -> Iterator[None]
 
 
 @contextlib.contextmanager
-def _closing(results: Iterable[Result]) -> Iterator[None]:
+def _closing(results: Iterable[Any]) -> Iterator[None]:
     """Close a backend's result generator however the loop ends, so that its worker pool
     (joblib/loky, Ray) shuts down with the run instead of computing on."""
     try:
@@ -600,24 +732,29 @@ def _count_feasible(path: Path) -> int:
     return _count_true(column)
 
 
+def dataset_metadata(space: DesignSpace, params: dict[str, Any]) -> dict[bytes, bytes]:
+    """The file metadata of a dataset of ``space`` sampled with ``params``."""
+    return file_metadata({
+        "dataset_format": DATASET_FORMAT,
+        "space_yaml": space.text,
+        "space_file": Path(space.file).name,
+        "space_sha256": space.sha256,
+        "seed": params["seed"],
+        "num_samples": params["num_samples"],
+        "sampler": space.sampler,
+        "oracle_version": params["oracle_version"],
+        "variables": [v.describe() for v in space.variables],
+        "versions": package_versions(),
+    })  # fmt: skip
+
+
 class _Assembly:
     """The final file, written in chunk order while the chunks arrive (so that little is
     left to write once the last one is in) into a temporary file renamed into place."""
 
     def __init__(self, space: DesignSpace, parts: Path, chunks: list[Chunk], schema: pa.Schema,
                  params: dict[str, Any]) -> None:  # fmt: skip
-        meta = file_metadata({
-            "dataset_format": DATASET_FORMAT,
-            "space_yaml": space.text,
-            "space_file": Path(space.file).name,
-            "space_sha256": space.sha256,
-            "seed": params["seed"],
-            "num_samples": params["num_samples"],
-            "sampler": space.sampler,
-            "oracle_version": params["oracle_version"],
-            "variables": [v.describe() for v in space.variables],
-            "versions": package_versions(),
-        })  # fmt: skip
+        meta = dataset_metadata(space, params)
         self._parts = parts
         self._order = [index for index, _, _ in chunks]
         self._next = 0

@@ -205,10 +205,12 @@ def load(path: str | Path, *, validate: bool = True, space: str | Path | None = 
     """Load a dataset written by ``deepflow sample`` as a pandas DataFrame.
 
     A file without deepflow's metadata (saved again by pandas, polars, duckdb, ...) is read
-    with the space of its sidecar ``<file>.space.yaml`` or of ``space``.
+    with the space of its sidecar ``<file>.space.yaml`` or of ``space``. A folder of parts
+    (``sample(..., layout="parts")``: a local folder or a pyarrow URI such as ``s3://b/d``)
+    is read part by part, in row order (:mod:`deepflow.datasets.parts`).
 
     Args:
-        path: the Parquet file.
+        path: the Parquet file, or a parts folder.
         validate: check the contract's columns, types, row order and metadata.
         space: the design space of the rows when the file's metadata is gone: the sidecar of
             the original file, or the space YAML it was sampled from (default: the sidecar
@@ -220,18 +222,24 @@ def load(path: str | Path, *, validate: bool = True, space: str | Path | None = 
         ``sampler``, ``oracle_version``, ``variables`` and ``versions``.
 
     Raises:
-        ConfigError: a missing file, not Parquet, or (with ``validate``) not a dataset.
+        ConfigError: a missing file, not Parquet, a parts folder whose run has not finished,
+            or (with ``validate``) not a dataset.
 
     Example:
         >>> df = load("data.parquet")                      # doctest: +SKIP
         >>> X, Y, x_names, y_names = arrays(df, targets=["y_step_time_s"])  # doctest: +SKIP
     """
-    p = Path(path)
-    _check_file(p)
-    try:
-        table = pq.read_table(p)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise ConfigError(f"{path}: not a Parquet file ({exc}).") from exc
+    from deepflow.datasets.parts import is_parts, read_parts
+
+    if is_parts(path):
+        table = read_parts(path)
+    else:
+        p = Path(path)
+        _check_file(p)
+        try:
+            table = pq.read_table(p)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ConfigError(f"{path}: not a Parquet file ({exc}).") from exc
     table = _with_space(table, str(path), space)
     meta = validate_table(table, str(path)) if validate else _decode_metadata(
         table.schema.metadata or {})  # fmt: skip

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ from deepflow.config.specs import (
     TransformerSpec,
 )
 from deepflow.datasets.samplers import SAMPLERS, SOBOL_MAX_SAMPLES, grid_size, simplex_dims
-from deepflow.errors import ConfigError
+from deepflow.errors import ConfigError, PlausibilityWarning
 
 __all__ = [
     "AREA_PARTS",
@@ -60,6 +61,7 @@ __all__ = [
     "DesignSpace",
     "Variable",
     "load_space",
+    "plausibility_warnings",
     "space_from_text",
     "valid_mappings",
 ]
@@ -792,4 +794,50 @@ def load_space(path: str | Path) -> DesignSpace:
     p = preset_file("spaces", "space", path)
     raw = read_yaml(p, what="a design-space mapping")
     text = p.read_text(encoding="utf-8")
-    return space_from_text(text, file=str(path), base_dir=p.resolve().parent, raw=raw)
+    space = space_from_text(text, file=str(path), base_dir=p.resolve().parent, raw=raw)
+    for message in plausibility_warnings(space, base=isinstance(raw.get("base"), Mapping)):
+        warnings.warn(message, PlausibilityWarning, stacklevel=2)
+    return space
+
+
+def _values(var: Variable, where: str) -> list[tuple[str, Any]]:
+    """The values a variable declares, each with its dotted key: bounds, choices or value."""
+    if var.type in ("continuous", "integer"):
+        return [(f"{where}.low", var.low), (f"{where}.high", var.high)]
+    if var.type == "categorical":
+        return [(f"{where}.choices[{i}]", c) for i, c in enumerate(var.choices)]
+    if var.type == "fixed":
+        return [(where, var.choices[0])]
+    return []
+
+
+def plausibility_warnings(space: DesignSpace, *, base: bool = True) -> list[str]:
+    """Messages for the values of ``space`` far outside any real device or run (most often a
+    unit slip; :mod:`deepflow.config.plausibility`): bounds, choices and fixed values of the
+    budgets (``die_area_mm2``, ``tdp_W``, ``dram_stack_capacity_GiB``) and of
+    ``global_batch_size``, the devices and networks given as choices and, with ``base``, the
+    base scenario.
+
+    Each message starts with the space file and the dotted key, e.g. ``sp.yaml:
+    variables.tdp_W.low = 5 is far below the range of real devices (75–1200 W); check its
+    unit.``
+    """
+    from deepflow.config import plausibility as plaus
+
+    found: list[str | None] = [m.removeprefix(f"{space.file}: ") for m in
+                               plaus.plausibility_warnings(space.base)] if base else []  # fmt: skip
+    models = _options(space, "model", space.base.workload.model)
+    for var in space.variables:
+        where = f"variables.{var.name}"
+        for key, value in _values(var, where):
+            if var.name in plaus.RANGES:
+                found.append(plaus.value_warning(var.name, float(value), key))
+            elif var.name == "global_batch_size":
+                found.extend(plaus.batch_warning(int(value), m, key) for m in models)
+        if var.name in ("device", "network"):  # a preset or .yaml per choice
+            keys = [k for k, _ in _values(var, where)]
+            for key, spec in zip(keys, space.resolved[var.name], strict=True):
+                found.extend(plaus.device_warnings(spec, key) if var.name == "device"
+                             else plaus.link_warnings(spec, key))  # fmt: skip
+    unique = dict.fromkeys(m for m in found if m is not None)  # a batch bound, several models
+    return [f"{space.file}: {m}" for m in unique]

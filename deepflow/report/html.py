@@ -155,7 +155,10 @@ def write_report(
                 os.replace(png, figure_dir / png.name)
         os.replace(tmp_html, out_path)
     except OSError as exc:  # a disk or permission error: exit 1, not bad input
-        raise StorageError(f"{out_path}: cannot write the report ({exc}).") from None
+        where = exc.filename if exc.filename is not None else out_path
+        raise StorageError(
+            f"{where}: {exc.strerror or exc}; nothing of the report was written."
+        ) from None
     finally:
         tmp_html.unlink(missing_ok=True)
         if tmp_dir is not None:

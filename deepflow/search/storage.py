@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepflow.errors import ConfigError, DeepflowError
+from deepflow.errors import ConfigError, DeepflowError, StorageError
 
 __all__ = [
     "JournalStore",
@@ -56,10 +56,6 @@ WORKER_ATTR = "deepflow:worker"  # {"host", "pid", "id"} of the worker evaluatin
 SAMPLER_ATTR = "deepflow:sampler"  # the Optuna sampler's own attributes at ask time
 PROPOSAL_ATTR = "deepflow:proposal"  # {"source", "round", "info"}: what proposed it
 ROW_ATTR = "row"  # user attribute: the dataset row, source, round, strategy, info
-
-
-class StorageError(DeepflowError):
-    """The storage cannot be reached or written (a runtime failure: exit 1)."""
 
 
 def mask_url(url: str) -> str:
@@ -479,9 +475,10 @@ def _storage_error(label: str, exc: BaseException, url: str = "") -> DeepflowErr
             text = text.replace(secret, "***")
     text = text.replace(label, "").strip(" :") if label in text else text
     lowered = text.lower()
+    text = text.rstrip(".")
     if any(w in lowered for w in ("password", "authentication", "role ", "does not exist")):
-        return ConfigError(f"{label}: cannot connect: {text}")
-    return StorageError(f"{label}: storage failure: {text}")
+        return ConfigError(f"{label}: cannot connect: {text}.")
+    return StorageError(f"{label}: storage failure: {text}.")
 
 
 class RDBStore(_OptunaStore):

@@ -166,3 +166,30 @@ def test_bad_files(model: SurrogateModel, tmp_path: Path, write: Callable[..., P
         with pytest.raises(ConfigError) as info:
             read_points(write(text), model)
         assert str(info.value).startswith(f"{tmp_path / 'pts.yaml'}: {message}"), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"x_area_split_other": 0.2}, "rows[1].area_split parts must sum to 1; got 0.9."),
+        ({"x_area_split_core": 0.95, "x_area_split_other": 0.05},
+         "rows[1].x_area_split_core must be a share in [0.4, 0.9]; got 0.95."),
+        ({"x_die_area_mm2": float("nan")},
+         "rows[1].x_die_area_mm2 must be a number in [500, 850]; got nan."),
+        ({"x_tensor_parallel": 64},
+         "rows[1].x_tensor_parallel must be an integer in [1, 32]; got 64."),
+    ],
+)  # fmt: skip
+def test_parquet_rows_are_checked_as_yaml_points(model: SurrogateModel, change: dict[str, Any],
+                                                 message: str) -> None:  # fmt: skip
+    """The Parquet path of ``query`` applies the YAML path's rules (simplex sums, ranges)."""
+    from deepflow.surrogate.points import points_from_table
+
+    row = {"x_technology": "n5", "x_die_area_mm2": 800.0, "x_area_split_core": 0.7,
+           "x_area_split_other": 0.3, "x_tensor_parallel": 8, "x_sequence_parallel": True,
+           "x_zero_stage": 1, "x_data_parallel": 16}  # fmt: skip
+    table = pd.DataFrame([row, {**row, **change}])
+    assert len(points_from_table(table.iloc[:1], model, file="p.parquet")) == 1
+    with pytest.raises(ConfigError) as info:
+        points_from_table(table, model, file="p.parquet")
+    assert str(info.value) == f"p.parquet: {message}"
