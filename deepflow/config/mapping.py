@@ -232,8 +232,8 @@ def valid_mappings(
         if "data_parallel" not in cols and all(
             d in cols for d in ("tensor_parallel", "pipeline_parallel", "context_parallel")
         ):
-            cols = _derive_data_parallel(cols, num_devices, 1 if serving else batch,
-                                         candidates["data_parallel"])  # fmt: skip
+            cols = _derive_data_parallel(cols, num_devices, batch, candidates["data_parallel"],
+                                         serving=serving)  # fmt: skip
         for i, rule in enumerate(rules):
             if i not in applied and all(d in cols for d in rule.needs):
                 applied.add(i)
@@ -246,14 +246,16 @@ def _keep(cols: dict[str, I64], mask: NDArray[np.bool_]) -> dict[str, I64]:
 
 
 def _derive_data_parallel(cols: dict[str, I64], num_devices: int, batch: int,
-                          allowed: Sequence[int] | None) -> dict[str, I64]:  # fmt: skip
-    """Data parallelism from the others (devices / (tp × pp × cp)), kept where allowed."""
+                          allowed: Sequence[int] | None, *,
+                          serving: bool = False) -> dict[str, I64]:  # fmt: skip
+    """Data parallelism from the others (devices / (tp × pp × cp)), kept where allowed (and,
+    for training, where it divides the global batch; a serving batch is per replica)."""
     inner = cols["tensor_parallel"] * cols["pipeline_parallel"] * cols["context_parallel"]
     cols = _keep(cols, num_devices % inner == 0)
     dp = num_devices // (cols["tensor_parallel"] * cols["pipeline_parallel"]
                          * cols["context_parallel"])  # fmt: skip
     cols["data_parallel"] = dp
-    keep = batch % dp == 0
+    keep = np.full(dp.shape, True) if serving else batch % dp == 0
     if allowed is not None:
         keep &= np.isin(dp, np.asarray(allowed, dtype=np.int64))
     return _keep(cols, keep)

@@ -281,11 +281,12 @@ def inference_step(
     }
 
 
-def _slow16(caps: DeviceCaps) -> float:
-    """FP8/FP4 serving runs attention and the output layer in 16 bits (§C6.4)."""
-    if caps.bytes_per_element >= 2 or caps.peak_flops_16bit <= 0:
-        return 1.0
-    return float(caps.peak_flops / caps.peak_flops_16bit)
+def _slow16(caps: DeviceCaps) -> Any:
+    """FP8/FP4 serving runs attention and the output layer in 16 bits (§C6.4); one device or
+    one per row (design sweeps)."""
+    sixteen = np.asarray(caps.peak_flops_16bit, dtype=float)
+    slower = (caps.bytes_per_element < 2) & (sixteen > 0)
+    return np.where(slower, caps.peak_flops / np.where(slower, sixteen, 1.0), 1.0)
 
 
 def _memory(
