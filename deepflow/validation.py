@@ -216,7 +216,7 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
     ``<group>/<quantity>`` (the row's ``quantity`` names it). A case that states neither a
     batch, a concurrency nor a number of requests is offered the batch its KV cache holds
-    (``max_concurrency``; docs/model.md §D3)."""
+    (``max_concurrency``; docs/model.md §D5)."""
     from deepflow.measurements import SERVING_QUANTITIES, inference_case_scenario
     from deepflow.oracle.evaluate import evaluate_one
 

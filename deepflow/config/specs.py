@@ -59,7 +59,7 @@ PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
 #: What a workload runs (contract): training steps or serving requests.
 WORKLOAD_KINDS = ("training", "inference")
-#: How a server batches requests (``workload.batching``; docs/model.md §D1).
+#: How a server batches requests (``workload.batching``; docs/model.md §D2).
 SERVING_BATCHING = ("continuous", "static")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
@@ -213,7 +213,7 @@ class WorkloadSpec:
         "kv_cache_precision", choices=("", *WORKLOAD_PRECISIONS), default="",
         doc="serving: KV-cache element type (default: the workload's precision)",
     )  # fmt: skip
-    # serving: how the server schedules requests (docs/model.md §D1)
+    # serving: how the server schedules requests (docs/model.md §D2)
     batching: str = key(
         "batching", choices=SERVING_BATCHING, default="continuous",
         doc="serving: continuous (in-flight batching, prompts join running decodes) or static "

@@ -261,3 +261,26 @@ def test_an_unknown_batching_mode_is_rejected_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"workload.batching must be one of: continuous, "
                                           r"static; got 'dynamic'\."):  # fmt: skip
         serving(batching="dynamic")
+
+
+def test_best_mapping_ranks_every_serving_split_by_tokens_per_second() -> None:
+    from deepflow.oracle.best_mapping import best_mappings
+
+    s = serving(
+        model="llama3-70b",
+        devices=16,
+        global_batch_size=64,
+        mapping={"tensor_parallel": 8, "data_parallel": 2},
+    )
+    result = best_mappings(s, top=50)
+    splits = {(m["mapping"]["tensor_parallel"], m["mapping"]["pipeline_parallel"],
+               m["mapping"]["data_parallel"]) for m in result["mappings"]}  # fmt: skip
+    # TP 16 replicates the 8 KV heads; every split multiplies to the 16 devices
+    assert (16, 1, 1) in splits and all(t * p * d == 16 for t, p, d in splits)
+    assert result["num_valid"] == 15  # tp in 1..16 dividing 64 heads x pp dividing the rest
+    rates = [m["tokens_per_s"] for m in result["mappings"]]
+    assert rates == sorted(rates, reverse=True)
+    one = evaluate_one(dataclasses.replace(s, mapping=dataclasses.replace(
+        s.mapping, tensor_parallel=16, data_parallel=1)))  # fmt: skip
+    (best16,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 16]
+    assert best16["tokens_per_s"] == one["tokens_per_s"]
