@@ -122,11 +122,11 @@ def _best_serving_mappings(
                   "data_parallel": None, "context_parallel": (1,),
                   "expert_parallel": (scenario.mapping.expert_parallel,),
                   "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
-    table = valid_mappings(n, model, scenario.workload.global_batch_size, candidates,
+    valid = valid_mappings(n, model, scenario.workload.global_batch_size, candidates,
                            serving=True)  # fmt: skip
     degrees = [STRUCTURAL.index(d) for d in ("tensor_parallel", "pipeline_parallel",
                                              "data_parallel")]  # fmt: skip
-    grid = table[:, degrees].astype(float).reshape(-1, 3)
+    grid = valid[:, degrees].astype(float).reshape(-1, 3)
     columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
                "data_parallel": grid[:, 2]}  # fmt: skip
     table = evaluate_table(scenario, columns, calibration=calibration)
