@@ -705,7 +705,9 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       together); continuous (in-flight) batching otherwise;
     * CUDA-graph padding of decode iterations where the case states padding is on
       (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
-    * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`).
+    * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
+    * TensorRT-LLM's PyTorch-backend executor's host time per running request and iteration
+      (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``).
     """
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
@@ -715,6 +717,12 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         "batching": "static" if lockstep else "continuous",
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
     }
+    if "tensorrt-llm" in text and "pytorch backend" in text:
+        from deepflow.config.calibration import current_calibration
+
+        # the PyTorch executor's host time per running request and iteration (measured,
+        # configs/calibration/frameworks.yaml tensorrt_llm_pytorch)
+        out["host_s_per_request"] = current_calibration().serving.host_s_per_request
     stated_limits = _count(inf.get("max_batch_size")), _count(inf.get("max_num_tokens"))
     if "trtllm-bench" in text and not any(stated_limits):
         out["max_batch_size"], out["max_num_tokens"] = trtllm_bench_limits(case, scenario)

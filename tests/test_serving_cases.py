@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from deepflow.config.calibration import current_calibration
 from deepflow.data import load_measurements
 from deepflow.errors import ConfigError
 from deepflow.measurements import (
@@ -54,9 +55,13 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     assert s.workload.batching == "continuous" and s.workload.cuda_graph_padding
     assert (s.workload.max_batch_size, s.workload.max_num_tokens) == trtllm_bench_limits(offline, s)
     assert s.workload.global_batch_size == offline["inference"]["num_requests"]
+    # TensorRT-LLM's PyTorch executor spends host time on every request every iteration
+    host = current_calibration().serving.host_s_per_request
+    assert s.workload.host_s_per_request == host == pytest.approx(45.11e-3 / 1536, rel=2e-3)
     session = inference_case_scenario(_case("trt061_l2_7b_h100_tp1_b768_128_128"))
     assert session.workload.batching == "static" and session.workload.global_batch_size == 768
     assert not session.workload.cuda_graph_padding and session.workload.max_batch_size == 0
+    assert session.workload.host_s_per_request == 0  # the C++ runtime of TensorRT-LLM 0.6
     # fixed-length sessions of a closed loop start together and stay in lockstep
     closed = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "static"

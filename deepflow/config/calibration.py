@@ -101,6 +101,11 @@ class Calibration:
         """The link classes and which class each network uses."""
         return _network_calibration(self.network_path)
 
+    @property
+    def serving(self) -> ServingCalibration:
+        """Serving frameworks' measured host costs."""
+        return _serving_calibration(self.frameworks_path)
+
 
 def current_calibration() -> Calibration:
     """The calibration of the files in use (under ``DEEPFLOW_CONFIG_PATH``, else built-in)."""
@@ -235,6 +240,25 @@ def _memory_calibration(path: Path) -> MemoryCalibration:
     ctx = Ctx(str(path))
     return build(MemoryCalibration, require_mapping(raw.get("memory"), ctx.child("memory")),
                  ctx.child("memory"))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingCalibration:
+    """A serving framework's host cost (``configs/calibration/frameworks.yaml``,
+    ``tensorrt_llm_pytorch``; docs/model.md §D2)."""
+
+    host_s_per_request: float = key(
+        "host_us_per_request", scale=1e-6, ge=0,
+        doc="executor host time per running request and iteration",
+    )  # fmt: skip
+
+
+@cache
+def _serving_calibration(path: Path) -> ServingCalibration:
+    raw = read_yaml(path, what="a calibration mapping with key 'tensorrt_llm_pytorch'")
+    ctx = Ctx(str(path))
+    entry = require_mapping(raw.get("tensorrt_llm_pytorch"), ctx.child("tensorrt_llm_pytorch"))
+    return build(ServingCalibration, entry, ctx.child("tensorrt_llm_pytorch"))
 
 
 # ------------------------------------------------------------------- network link classes

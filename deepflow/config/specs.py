@@ -227,6 +227,11 @@ class WorkloadSpec:
         "max_num_tokens", ge=0, default=0,
         doc="serving: the scheduler's cap on tokens (prompt + decode) per iteration (0: none)",
     )  # fmt: skip
+    host_s_per_request: float = key(
+        "host_us_per_request", scale=1e-6, ge=0, default=0.0,
+        doc="serving: the framework's host time per running request and iteration (an iteration "
+            "lasts at least that many; 0: none)",
+    )  # fmt: skip
     cuda_graph_padding: bool = key(
         "cuda_graph_padding", default=False,
         doc="serving: decode-only iterations run a CUDA graph captured for the next power of "

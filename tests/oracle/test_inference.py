@@ -284,3 +284,15 @@ def test_best_mapping_ranks_every_serving_split_by_tokens_per_second() -> None:
         s.mapping, tensor_parallel=16, data_parallel=1)))  # fmt: skip
     (best16,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 16]
     assert best16["tokens_per_s"] == one["tokens_per_s"]
+
+
+def test_the_framework_host_time_bounds_each_iteration() -> None:
+    base = evaluate_one(serving(global_batch_size=256))
+    assert base["breakdown_s"]["decode_host"] == base["breakdown_s"]["prefill_host"] == 0
+    # 256 running requests at 400 µs each: 102 ms an iteration, more than the GPU's ≈ 20 ms
+    slow = evaluate_one(serving(global_batch_size=256, host_us_per_request=400))
+    assert slow["tpot_s"] == pytest.approx(256 * 400e-6, rel=1e-9)
+    assert slow["tokens_per_s"] == pytest.approx(1 / 400e-6, rel=0.02)
+    # a host time within the GPU's hides behind it (the overlap scheduler)
+    hidden = evaluate_one(serving(global_batch_size=256, host_us_per_request=1))
+    assert hidden["step_time_s"] == base["step_time_s"]

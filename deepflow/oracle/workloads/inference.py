@@ -51,8 +51,8 @@ INFERENCE_COLUMNS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
     "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
     "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
-    "max_batch_size", "max_num_tokens", "cuda_graph_padding", "tensor_parallel",
-    "pipeline_parallel", "data_parallel", "expert_parallel",
+    "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
+    "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -252,6 +252,11 @@ def inference_step(
     prompt_tokens = prompts * s_in
     pre = _iteration(caps, o, s, x, others, context, prompt_tokens, prompts,
                      others + prompt_tokens)  # fmt: skip
+    # the executor's host work on the micro-batch's requests runs behind the previous
+    # iteration's GPU work (TensorRT-LLM's overlap scheduler): the GPU waits for what is left
+    host = micro * x["host_s_per_request"]
+    for part in (dec, pre):
+        part["host"] = np.maximum(host - sum(part.values()), 0.0)
     breakdown = {f"prefill_{k}": carrying * v for k, v in pre.items()}
     breakdown |= {f"decode_{k}": (s_out - carrying) * v for k, v in dec.items()}
     cycle = sum(breakdown.values())  # a request's slot: its prompt and s_out tokens
@@ -346,6 +351,7 @@ class InferenceWorkload(Workload):
             "max_batch_size": float(workload.max_batch_size),
             "max_num_tokens": float(workload.max_num_tokens),
             "cuda_graph_padding": float(workload.cuda_graph_padding),
+            "host_s_per_request": workload.host_s_per_request,
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
