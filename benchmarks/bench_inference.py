@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from bench_workloads import best_s  # benchmarks/ is on sys.path when run
 
 from deepflow.config import load_scenario
 from deepflow.datasets import load_space
@@ -33,15 +32,6 @@ from deepflow.oracle.evaluate import evaluate_one, evaluate_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "configs" / "scenarios"
-
-
-def _best_s(run: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _serving_columns(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -73,20 +63,20 @@ def main() -> None:
     scenario = load_scenario(SCENARIOS / "llama3-70b-serving-h100.yaml")
     columns = _serving_columns(n, rng)
     evaluate_table(scenario, {k: v[:8] for k, v in columns.items()})  # warm caches
-    seconds = _best_s(lambda: evaluate_table(scenario, columns), repeats)
+    seconds = best_s(lambda: evaluate_table(scenario, columns), repeats)
     print(f"{'llama3-70b-serving-h100 evaluate_table (spec device)':58s} "
           f"{n / seconds:12,.0f} rows/s")  # fmt: skip
 
     space = load_space("inference-pathfinding")
     label_rows(space, seed=0, start=0, stop=8, num_samples=n, oracle_version="")
-    seconds = _best_s(
+    seconds = best_s(
         lambda: label_rows(space, seed=0, start=0, stop=n, num_samples=n, oracle_version=""),
         repeats,
     )
     print(f"{'inference-pathfinding label_rows (design space)':58s} {n / seconds:12,.0f} rows/s")
 
     evaluate_one(scenario)
-    seconds = _best_s(lambda: [evaluate_one(scenario) for _ in range(200)], repeats)
+    seconds = best_s(lambda: [evaluate_one(scenario) for _ in range(200)], repeats)
     print(f"{'llama3-70b-serving-h100 evaluate_one':58s} {seconds / 200 * 1e6:12,.0f} us")
 
 

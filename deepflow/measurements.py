@@ -762,19 +762,16 @@ def trtllm_bench_limits(case: dict[str, Any], scenario: Any) -> tuple[int, int]:
     requests = available_GiB * fraction / (per_token_GiB * (isl + osl))
     raw_bs = min(requests, 4096) / pp
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        max_tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
+    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
+    max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
     return max_bs, max(max_tokens, isl + max_bs)
+
+
+def _round_up(value: float, steps: tuple[tuple[float, int], ...]) -> int:
+    """``value`` rounded up to the step of the first (below, step) it is below
+    (trtllm-bench's ``finetune_setting``: a slightly optimistic setting)."""
+    step = next(step for below, step in steps if value < below)
+    return int(step * math.ceil(value / step))
 
 
 def _serving_params(model: Any) -> float:

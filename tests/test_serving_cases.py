@@ -108,33 +108,46 @@ def test_every_shipped_serving_case_with_fixed_lengths_and_a_precision_is_scored
     assert len([i for i in skipped if i in {c["id"] for c in serving}]) == 15
 
 
-def test_serving_case_errors_name_the_key() -> None:
+def _without(section: str, name: str | None = None) -> Any:
+    def edit(case: dict[str, Any]) -> None:
+        if name is None:
+            del case[section]
+        else:
+            del case[section][name]
+
+    return edit
+
+
+def _setting(name: str, value: Any) -> Any:
+    return lambda case: case["inference"].__setitem__(name, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_without("inference"), r"case 'trtllm_l8b_h100_tp1_128_128'.*inference is missing\."),
+        (_setting("weight_precision", "int3"),
+         r"inference.weight_precision 'int3' is not one deepflow serves \(known: bf16, fp16, fp4, "
+         r"fp8, mxfp4, nvfp4\)\."),
+        (_setting("input_len", "variable"),
+         r"inference.input_len must be a number >= 1; got 'variable' \(variable lengths are "
+         r"not modelled\)\."),
+        (_without("inference", "num_requests"),
+         r"inference.batch_size \(or max_concurrency\) is missing\."),
+    ],
+)  # fmt: skip
+def test_serving_case_errors_name_the_key(edit: Any, message: str) -> None:
     case = _case("trtllm_l8b_h100_tp1_128_128")
-    broken = copy.deepcopy(case)
-    del broken["inference"]
-    with pytest.raises(ConfigError, match=r"case 'trtllm_l8b_h100_tp1_128_128'.*inference is "
-                                          r"missing\."):  # fmt: skip
-        inference_case_scenario(broken)
-    broken = copy.deepcopy(case)
-    broken["inference"]["weight_precision"] = "int3"
-    with pytest.raises(ConfigError, match=r"inference.weight_precision 'int3' is not one deepflow "
-                                          r"serves \(known: bf16, fp16, fp4, fp8, mxfp4, "
-                                          r"nvfp4\)\."):  # fmt: skip
-        inference_case_scenario(broken)
-    broken = copy.deepcopy(case)
-    broken["inference"]["input_len"] = "variable"
-    with pytest.raises(ConfigError, match=r"inference.input_len must be a number >= 1; got "
-                                          r"'variable' \(variable lengths are not "
-                                          r"modelled\)\."):  # fmt: skip
-        inference_case_scenario(broken)
-    broken = copy.deepcopy(case)
-    del broken["inference"]["num_requests"]
-    with pytest.raises(ConfigError, match=r"inference.batch_size \(or max_concurrency\) is "
-                                          r"missing\."):  # fmt: skip
-        inference_case_scenario(broken)
-    broken["measured"] = {"note": "nothing measured"}
+    edit(case)
+    with pytest.raises(ConfigError, match=message):
+        inference_case_scenario(case)
+
+
+def test_a_serving_case_without_a_measurement_names_the_keys() -> None:
+    case = _case("trtllm_l8b_h100_tp1_128_128")
+    case["measured"] = {"note": "nothing measured"}
     with pytest.raises(ConfigError, match=r"measured has none of output_tokens_per_s_total, "):
-        score_inference_case(broken)
+        score_inference_case(case)
 
 
 def test_a_case_without_a_batch_or_requests_is_offered_what_its_kv_cache_holds() -> None:

@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from deepflow.config._schema import Ctx, build, check_keys, key, require_mapping
 from deepflow.config.loader import builtin_config_dir, preset_path, read_yaml
 from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS, MiB, NetworkSpec
+
+T = TypeVar("T")
 
 __all__ = [
     "CALIBRATION_FILES",
@@ -213,10 +215,14 @@ def framework_calibration() -> FrameworkCalibration:
 
 @cache
 def _framework_calibration(path: Path) -> FrameworkCalibration:
-    raw = read_yaml(path, what="a calibration mapping with key 'deepspeed_zero3_2021'")
-    ctx = Ctx(str(path))
-    entry = require_mapping(raw.get("deepspeed_zero3_2021"), ctx.child("deepspeed_zero3_2021"))
-    return build(FrameworkCalibration, entry, ctx.child("deepspeed_zero3_2021"))
+    return _entry(path, "deepspeed_zero3_2021", FrameworkCalibration)
+
+
+def _entry(path: Path, name: str, cls: type[T]) -> T:
+    """The ``name`` mapping of a calibration file as ``cls``."""
+    raw = read_yaml(path, what=f"a calibration mapping with key '{name}'")
+    ctx = Ctx(str(path)).child(name)
+    return build(cls, require_mapping(raw.get(name), ctx), ctx)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,10 +261,7 @@ class ServingCalibration:
 
 @cache
 def _serving_calibration(path: Path) -> ServingCalibration:
-    raw = read_yaml(path, what="a calibration mapping with key 'tensorrt_llm_pytorch'")
-    ctx = Ctx(str(path))
-    entry = require_mapping(raw.get("tensorrt_llm_pytorch"), ctx.child("tensorrt_llm_pytorch"))
-    return build(ServingCalibration, entry, ctx.child("tensorrt_llm_pytorch"))
+    return _entry(path, "tensorrt_llm_pytorch", ServingCalibration)
 
 
 # ------------------------------------------------------------------- network link classes
