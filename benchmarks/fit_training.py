@@ -4,7 +4,9 @@ Run: .venv/bin/python benchmarks/fit_training.py [--write]
 
 One number per device family (never per case): the fraction of the microbenchmark matrix
 throughput that an end-to-end training step sustains. It minimises the group-weighted mean
-|step-time error| over the family's measurement groups (grid 0.50–1.00, step 0.01). Prints
+|step-time error| over the family's groups of public end-to-end training measurements (every
+framework: Megatron-LM, DeepSpeed, Megatron-Core, NeMo, torchtitan, llm-foundry; grid
+0.50–1.00, step 0.01). Prints
 the fit and the resulting per-group errors; --write updates configs/calibration/kernels.yaml.
 """
 
@@ -20,8 +22,9 @@ import numpy as np
 import deepflow.oracle.evaluate as evaluate_module
 from deepflow.config.loader import builtin_config_dir
 from deepflow.data import load_measurements
+from deepflow.measurements import batch_scale, case_category
 from deepflow.oracle.hardware import device_caps
-from deepflow.validation import TRAINING_GROUPS, measured_step_time_s, training_case_scenario
+from deepflow.validation import measured_step_time_s, training_case_scenario
 
 GRID = np.round(np.arange(0.50, 1.001, 0.01), 2)
 
@@ -30,9 +33,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    cases = [c for g in TRAINING_GROUPS for c in load_measurements(g)]
+    cases = [c for c in load_measurements() if case_category(c) == "end_to_end_training"]
     scenarios = [training_case_scenario(c) for c in cases]
-    measured = np.array([measured_step_time_s(c) for c in cases])
+    # the measured step at the modelled batch (a batch that does not divide is rescaled)
+    measured = np.array([measured_step_time_s(c) / batch_scale(c, s)
+                         for c, s in zip(cases, scenarios, strict=True)])  # fmt: skip
     families = [device_caps(s.system.device, s.workload.precision).family for s in scenarios]
     fitted: dict[str, float] = {}
     for family in sorted(set(families)):
@@ -40,8 +45,8 @@ def main() -> None:
         best = (np.inf, 1.0)
         for fraction in GRID:
 
-            def caps(device, precision, fraction=fraction):  # type: ignore[no-untyped-def]
-                c = device_caps(device, precision)
+            def caps(device, precision, fraction=fraction, **kw):  # type: ignore[no-untyped-def]
+                c = device_caps(device, precision, **kw)
                 return dataclasses.replace(c, training_sustained_fraction=float(fraction))
 
             evaluate_module.device_caps = caps  # type: ignore[assignment]

@@ -81,7 +81,9 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: other sources from their text and year; a test checks it reproduces this table.
 #: The memory-relevant and late-added flags, the same for every public group (Megatron-style
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
-_CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True}
+_CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
+            "tp_async_backward": True, "master_weights": "fp32",
+            "attention_kernel": "fa2", "fp8_params": False}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -102,7 +104,9 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # default (--overlap-p2p-communication; these runs do not interleave, so it hides nothing).
     "megatron_core_h100_2024": {"flash": True, "tp_overlap": True, "dp_overlap": True,
                                 "dropout": False, **_CLASSIC, "p2p_overlap": True,
-                                "cross_entropy": "vocab_parallel"},
+                                "cross_entropy": "vocab_parallel",
+                                # TE's FusedAttention (cuDNN), preferred on Hopper
+                                "attention_kernel": "cudnn"},
     # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
     # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
@@ -255,7 +259,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
                            r"fused_attn|attn_impl: ?(flash|triton)", text))  # fmt: skip
     flash = not unfused and (fused or year >= 2023)
     tp_overlap = bool(re.search(r"tp[-_ ]comm[-_ ]overlap|tp communication overlap|userbuffers",
-                                text))  # fmt: skip
+                                text)) or _async_tp(case, text)  # fmt: skip
     blocking_zero3 = "deepspeed" in text and zero >= 3 and year <= 2021
     no_overlap = bool(re.search(r"no (dp |data[- ]parallel )?overlap|overlap: ?(false|no)", text))
     old_megatron = "megatron" in text and year <= 2022 and "overlap-grad-reduce" not in text
@@ -266,27 +270,82 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # and grad_sync_dtype bf16 (NeMo-Framework-Launcher training configs and performance
     # scripts); DeepSpeed ZeRO-1/2 keeps 16-bit gradients (ZeRO paper §5). Megatron keeps
     # fp32 main gradients (docs/model.md §C2.1).
-    bf16_grads = ("nemo" in text and year <= 2024) or ("deepspeed" in text and zero in (1, 2))
+    apex_adam = "nemo" in text and year <= 2024
+    # 16-bit gradient reduction where the text says so (Megatron-Core's
+    # ``grad_reduce_in_fp32: false``, as Megatron-Bridge's performance recipes set it)
+    bf16_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(false|no|0)\b", text))
+    bf16_grads = apex_adam or bf16_reduce or ("deepspeed" in text and zero in (1, 2))
+    # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
+    # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
+    fp16 = "fp16" in str((case.get("training") or {}).get("precision") or "").lower()
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
+            "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
+            "attention_kernel": _attention_kernel(text, software_date(case), flash),
+            "fp8_params": _fp8_params(case, text),
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
             # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
             "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
             # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
             # float8 (torchao, torchtitan) casts per use
             "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
+            # Megatron's asynchronous backward TP collectives; DTensor (torchtitan) waits
+            # on each before its consumer (docs/model.md §C3.2)
+            "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, software_date(case))}  # fmt: skip
+
+
+def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:
+    """The fused attention kernel (docs/model.md §C6.2): FlashAttention-3 where named;
+    Transformer Engine's cuDNN FusedAttention in TE-based stacks (Megatron-Core, NeMo,
+    Megatron-Bridge) from June 2024, when TE 1.8 began to prefer it over FlashAttention on
+    Hopper and later (transformer_engine/pytorch get_attention_backend, NVIDIA/
+    TransformerEngine#889); else FlashAttention-2 (flash-attn, PyTorch SDPA's flash backend)."""
+    if not flash:
+        return "fa2"
+    if re.search(r"flash[- _]?attention[- _]?3|\bfa3\b|flash_attn_3", text):
+        return "fa3"
+    te = re.search(r"transformer engine|megatron[- ]core|\bmcore\b|nemo|megatron[- ]bridge", text)
+    return "cudnn" if te and date >= (2024, 6) else "fa2"
+
+
+def _fp8_params(case: dict[str, Any], text: str) -> bool:
+    """FP8 weights (TE's fp8_model_init, Megatron-Core's ``fp8_param_gather``): where stated,
+    and in NeMo 2 / Megatron-Bridge FP8 recipes (from December 2024), whose delayed, per-tensor
+    current-scaling and MXFP8 mixed-precision recipes set ``fp8_param_gather = True`` (their
+    blockwise and NVFP4 recipes do not: megatron/bridge/training/mixed_precision.py)."""
+    precision = str((case.get("training") or {}).get("precision") or "").lower()
+    if not re.search(r"fp8|float8", precision) or re.search(r"blockwise|subchannel", precision):
+        return False
+    if re.search(r"fp8[_ ]param", f"{text} {precision}"):
+        return True
+    return bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
+
+
+def _async_tp(case: dict[str, Any], text: str) -> bool:
+    """PyTorch's async tensor parallelism (torchtitan ``enable_async_tensor_parallel``; the
+    all-gather/reduce-scatter decomposed with the matmuls, docs/model.md §C3.2): the case's
+    ``training.async_tp`` where it says, else its text."""
+    stated = (case.get("training") or {}).get("async_tp")
+    if isinstance(stated, bool):
+        return stated
+    return bool(re.search(r"async ?tp\b|asynctp|async[_ -]tensor[_ -]parallel", text))
 
 
 def software_date(case: dict[str, Any]) -> tuple[int, int]:
     """(year, month) of the software a case ran: a nightly's date (``dev20250811``) or an ISO
     date in ``training.framework_version``; else a PyTorch release (2.7: April 2025, 2.8:
     August 2025; a pre-release ``a0`` counts as the month before); else a year-month in the
-    source's URL or title (``..._2025-06_...``); else the source's year (January), else 2023."""
+    source's URL or title (``..._2025-06_...``), or a date in its location; else the source's year
+    (January), else 2023."""
     version = str((case.get("training") or {}).get("framework_version") or "")
     match = re.search(r"(20[12]\d)-?([01]\d)-?[0-3]\d", version)
     if match:
         return int(match.group(1)), int(match.group(2))
+    # an NGC / NeMo container release YY.MM ("NeMo 24.03.01 container")
+    match = re.search(r"(?:nemo|container|ngc)\D{0,20}\b(2\d)\.(0[1-9]|1[0-2])\b", version.lower())
+    if match:
+        return 2000 + int(match.group(1)), int(match.group(2))
     match = re.search(r"torch (\d+)\.(\d+)\.\d+(a0)?", version)
     if match and (int(match.group(1)), int(match.group(2))) in _TORCH_RELEASES:
         year, month = _TORCH_RELEASES[(int(match.group(1)), int(match.group(2)))]
@@ -294,6 +353,11 @@ def software_date(case: dict[str, Any]) -> tuple[int, int]:
     source: dict[str, Any] = case["source"] if isinstance(case.get("source"), dict) else {}
     stated = f"{source.get('url') or ''} {source.get('title') or ''}"
     match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)(?!\d)", stated)
+    if match and 1 <= int(match.group(2)) <= 12:
+        return int(match.group(1)), int(match.group(2))
+    # a date in the location ("added in commit ..., 2024-07-15")
+    location = str(source.get("location") or "")
+    match = re.search(r"(?<!\d)(20[12]\d)-([01]\d)-[0-3]\d(?!\d)", location)
     if match and 1 <= int(match.group(2)) <= 12:
         return int(match.group(1)), int(match.group(2))
     return (source_year(case) or 2023, 1)
@@ -310,7 +374,7 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     ``llm_foundry/models/mpt/modeling_mpt.py``); Megatron's vocab-parallel one in Megatron and
     NeMo; PyTorch's unfused ``cross_entropy`` in PyTorch-native trainers (torchtitan's
     ``cross_entropy_loss`` upcasts the logits to fp32; FSDP, Hugging Face)."""
-    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-]loss[_-]fusion|"
+    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-](loss[_-])?fusion|"
                  r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
         return "fused"
     if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and date >= (2025, 4):
@@ -386,7 +450,9 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:
     text = str((case.get("training") or {}).get("precision") or "").lower()
     peaks = device_raw.get("peak_dense_TFLOPS") or {}
-    if "fp8" in text and "fp8" in peaks:
+    if re.search(r"fp4|float4", text) and "fp4" in peaks:  # nvfp4, mxfp4
+        return "fp4"
+    if re.search(r"fp8|float8", text) and "fp8" in peaks:  # mxfp8 too
         return "fp8"
     if "bf16" in peaks and not ("fp16" in text and "bf16" not in text):
         return "bf16"
@@ -404,21 +470,68 @@ def _stated_peak_tflops(case: dict[str, Any], precision: str) -> float | None:
         if precision in str(key).lower() and isinstance(value, int | float):
             return float(value)
     used = hardware.get("peak_dense_tflops_precision_used")
+    key = str(hardware.get("peak_precision_key") or "").lower()
+    if key and precision not in key:  # the peak of another precision
+        return None
     return float(used) if isinstance(used, int | float) else None
 
 
+def _hardware_text(case: dict[str, Any]) -> str:
+    hardware = case.get("hardware") or {}
+    return " ".join(str(hardware.get(k) or "") for k in ("accelerator", "system", "notes")).lower()
+
+
+def _number_or_none(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def _power_limit_W(case: dict[str, Any]) -> float | None:
+    """An enforced power limit the case states (``hardware.power_limit_W``, or "500W power
+    limit", "power capped at 450 W" in its hardware text); a TDP is not a limit."""
+    stated = _number_or_none(_get(case.get("hardware"), "power_limit_W", "power_limit_w"))
+    if stated is not None:
+        return stated
+    text, watts = _hardware_text(case), r"(\d{2,4}(?:\.\d+)?) ?w"
+    match = re.search(watts + r"(?:atts?)? (?:power[- ]?)?(?:limit|cap)\b", text) or re.search(
+        r"power[- ]?(?:limit(?:ed)?|cap(?:ped)?)(?: of| at| to)? " + watts + r"\b", text
+    )
+    return float(match.group(1)) if match else None
+
+
+def _hbm_bandwidth_GBps(case: dict[str, Any]) -> float | None:
+    """The memory bandwidth the case states (``hardware.memory_bandwidth_TBps`` / ``_GBps``,
+    or "2.4 TB/s" in its hardware text)."""
+    hardware = case.get("hardware") or {}
+    tbps = _number_or_none(_get(hardware, "memory_bandwidth_TBps", "hbm_bandwidth_TBps"))
+    if tbps is not None:
+        return 1000.0 * tbps
+    gbps = _number_or_none(_get(hardware, "memory_bandwidth_GBps", "hbm_bandwidth_GBps"))
+    if gbps is not None:
+        return gbps
+    match = re.search(r"(\d+(?:\.\d+)?) ?tb/s", _hardware_text(case))
+    return 1000.0 * float(match.group(1)) if match else None
+
+
 def _device(case: dict[str, Any], preset: str, precision: str) -> str | dict[str, Any]:
-    """The preset, or the preset with the case's stated memory and peak where they differ."""
+    """The preset, or the preset with the case's stated memory, memory bandwidth, peak and
+    power limit where they differ."""
     raw = _preset_raw("devices", preset)
     hardware = case.get("hardware") or {}
     override: dict[str, Any] = {}
     memory = _get(hardware, "memory_gb", "memory_GB", "hbm_gb")
     if isinstance(memory, int | float) and abs(memory - raw["hbm_capacity_GiB"]) > 1:
         override["hbm_capacity_GiB"] = float(memory)  # vendor "GB" are binary-sized (presets)
+    bandwidth = _hbm_bandwidth_GBps(case)
+    if bandwidth is not None and abs(bandwidth / raw["hbm_bandwidth_GBps"] - 1) > 0.02:
+        override["hbm_bandwidth_GBps"] = bandwidth
     peak = _stated_peak_tflops(case, precision)
     preset_peak = float((raw.get("peak_dense_TFLOPS") or {}).get(precision, 0) or 0)
     if peak is not None and preset_peak > 0 and abs(peak / preset_peak - 1) > 0.02:
         override["peak_dense_TFLOPS"] = {precision: peak}
+    limit = _power_limit_W(case)
+    if limit is not None and limit < raw["tdp_W"]:
+        override["power_limit_W"] = limit
     return {"base": preset, **override} if override else preset
 
 
@@ -546,7 +659,10 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     stated_per_node = _get(case.get("hardware"), "gpus_per_node")
     node = int(stated_per_node) if isinstance(stated_per_node, int | float) else None
     if node is None:
-        node = int(_preset_raw("networks", network_preset)["scale_up"]["domain_size"])
+        # the preset's scale-up domain; a job that does not fill whole domains (128 GPUs of
+        # 72-GPU NVL72 racks) takes as many GPUs of each as divide it evenly (2 x 64)
+        domain = int(_preset_raw("networks", network_preset)["scale_up"]["domain_size"])
+        node = max(d for d in range(1, min(domain, gpus) + 1) if gpus % d == 0)
     per_node = max(1, min(node, gpus))
     if gpus % per_node:
         raise ConfigError(
@@ -601,6 +717,10 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "zero_stage": zero,
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
+            "tp_async_backward": flags["tp_async_backward"],
+            "master_weights": flags["master_weights"],
+            "attention_kernel": flags["attention_kernel"],
+            "fp8_params": flags["fp8_params"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "cross_entropy": flags["cross_entropy"],
@@ -608,7 +728,32 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "overlap_p2p_comm": flags["p2p_overlap"],
         },
     }  # fmt: skip
-    return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    if _sharding_unstated(case) and dp > 1:
+        scenario = _least_sharding_that_fits(scenario)
+    return scenario
+
+
+def _sharding_unstated(case: dict[str, Any]) -> bool:
+    training = case.get("training") or {}
+    stated = (training.get(k) for k in ("zero_stage", "fsdp", "fsdp_sharding",
+                                        "distributed_optimizer"))  # fmt: skip
+    return all(v is None or v == "" for v in stated)
+
+
+def _least_sharding_that_fits(scenario: Any) -> Any:
+    """A run that happened fit its devices: where the source does not state how the model
+    states were sharded, the lowest ZeRO stage (0 to 3) at which the modelled run fits (a
+    run that fits at none keeps stage 0; docs/validation.md)."""
+    from dataclasses import replace
+
+    from deepflow.oracle.evaluate import evaluate_one
+
+    for stage in range(4):
+        candidate = replace(scenario, mapping=replace(scenario.mapping, zero_stage=stage))
+        if evaluate_one(candidate)["memory_excess_B"] <= 0:
+            return candidate
+    return scenario
 
 
 # ------------------------------------------------------------------------------ serving

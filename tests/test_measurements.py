@@ -401,3 +401,99 @@ def test_tpu_cases_count_devices_not_gpus() -> None:
     del case["training"]["num_devices"]
     with pytest.raises(ConfigError, match=r"training.num_gpus \(or num_devices\) is missing\."):
         training_case_scenario(case)
+
+
+def test_a_stated_power_limit_and_memory_bandwidth_reach_the_device() -> None:
+    case = _titan()
+    hardware = "NVIDIA H100 SXM, 96GB HBM2e (2.4 TB/s), run at 500W power limit"
+    case["hardware"]["accelerator"] = hardware
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (500.0, 2.4e12)
+    # a TDP is not a limit, and a field beats the text
+    case["hardware"]["accelerator"] = "NVIDIA H100 SXM 80GB HBM3 (700W TDP)"
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (0.0, 3.35e12)
+    case["hardware"].update(power_limit_W=450, memory_bandwidth_TBps=3.0)
+    device = training_case_scenario(case).system.device
+    assert (device.power_limit_W, device.hbm_bandwidth_Bps) == (450.0, 3.0e12)
+    case["hardware"]["accelerator"] = "NVIDIA H100, power capped at 400 W"
+    del case["hardware"]["power_limit_W"]
+    assert training_case_scenario(case).system.device.power_limit_W == 400.0
+
+
+def test_float8_and_async_tp_are_read_from_the_case() -> None:
+    case = _titan(tp=8, num_gpus=64, precision="float8 rowwise", async_tp=True)
+    s = training_case_scenario(case)
+    assert s.workload.precision == "fp8"
+    assert (s.mapping.tp_comm_overlap, s.mapping.tp_async_backward) == (True, False)
+    # the stated flag wins over a title that names async TP
+    case = _titan(tp=8, num_gpus=64, async_tp=False)
+    case["source"] = {"title": "torchtitan benchmarks: asyncTP on Llama 3", "year": 2025}
+    assert not training_case_scenario(case).mapping.tp_comm_overlap
+    case["training"].pop("async_tp")
+    assert training_case_scenario(case).mapping.tp_comm_overlap
+    # Megatron keeps its asynchronous backward collectives
+    assert framework({"group": "g", "training": {"framework": "Megatron-Core"}})[
+        "tp_async_backward"
+    ]
+
+
+def test_attention_kernel_from_the_stack_and_its_date() -> None:
+    def kernel(stack: str, version: str = "", year: int = 2025) -> str:
+        case = {"group": "g", "source": {"year": year},
+                "training": {"framework": stack, "framework_version": version}}  # fmt: skip
+        return str(framework(case)["attention_kernel"])
+
+    # Transformer Engine prefers cuDNN's fused attention on Hopper from TE 1.8 (June 2024)
+    assert kernel("NeMo (Megatron-Core, Transformer Engine)", "NeMo 24.07 container") == "cudnn"
+    assert kernel("NeMo (Megatron-Core, Transformer Engine)", "NeMo 24.03.01 container") == "fa2"
+    assert kernel("Megatron-Bridge") == "cudnn"
+    assert kernel("torchtitan") == "fa2"
+    assert kernel("PyTorch with FlashAttention-3") == "fa3"
+    assert kernel("Megatron-LM, unfused attention") == "fa2"
+
+
+def test_a_job_spreads_over_the_scale_up_domains_it_can_fill_evenly() -> None:
+    case = _titan(num_gpus=128, fsdp=128, global_batch_size=256)
+    case["hardware"] = {"accelerator": "NVIDIA GB200 NVL72"}  # node size unstated: 72
+    s = training_case_scenario(case)
+    assert (s.system.devices_per_node, s.system.num_nodes) == (64, 2)
+
+
+def test_fp4_training_and_a_peak_stated_for_another_precision() -> None:
+    case = _titan(precision="nvfp4")
+    case["hardware"] = {"accelerator": "NVIDIA B200", "gpus_per_node": 8,
+                        "peak_dense_tflops": {"bf16 tensor": 2250},
+                        "peak_dense_tflops_precision_used": 2250,
+                        "peak_precision_key": "bf16 tensor"}  # fmt: skip
+    s = training_case_scenario(case)
+    assert s.workload.precision == "fp4"
+    # the bf16 peak the case names is not taken for fp4
+    assert s.system.device.peak_flops["fp4"] == 9000e12
+
+
+def test_unstated_sharding_is_the_least_that_fits() -> None:
+    # Llama 3 8B on 8 x 80 GB without sharding (16 B per parameter) does not fit; the source
+    # states no ZeRO stage
+    case = _titan(local_batch_size=1, global_batch_size=8, activation_recompute="full")
+    for key in ("fsdp", "zero_stage"):
+        case["training"].pop(key, None)
+    case["training"]["framework"] = "PyTorch"
+    s = training_case_scenario(case)
+    assert s.mapping.zero_stage >= 1
+    assert evaluate_one(s)["feasible"]
+    case["training"]["zero_stage"] = 0  # stated: kept, even if it does not fit
+    assert training_case_scenario(case).mapping.zero_stage == 0
+
+
+def test_nemo2_and_megatron_bridge_fp8_recipes_keep_fp8_weights() -> None:
+    def fp8_params(stack: str, version: str, precision: str = "fp8") -> bool:
+        case = {"group": "g", "source": {"year": 2025}, "training": {
+            "framework": stack, "framework_version": version, "precision": precision}}  # fmt: skip
+        return bool(framework(case)["fp8_params"])
+
+    assert fp8_params("Megatron-Bridge", "NeMo 25.09 container")
+    assert not fp8_params("NeMo", "NeMo 24.07 container")  # NeMo 1.x: bf16 weights + FP8 cache
+    assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "fp8 blockwise")
+    assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "bf16")
+    assert fp8_params("torchtitan", "2025-06-01", "float8 with fp8_param all-gather")

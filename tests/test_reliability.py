@@ -77,6 +77,8 @@ def test_an_absurd_batch_warns(tmp_path: Path) -> None:
          "real devices (16–192 GiB); check its unit."),
         ({"tdp_W": 0.7}, "tdp_W = 0.7 is far outside the range of real devices (75–1200 W); "
          "it looks like kW (0.7 kW = 700 W)."),
+        ({"power_limit_W": 0.5}, "power_limit_W = 0.5 is far outside the range of real "
+         "devices (75–1200 W); it looks like kW (0.5 kW = 500 W)."),
     ],
 )  # fmt: skip
 def test_device_slips_are_named(device: dict[str, Any], expected: str, tmp_path: Path) -> None:

@@ -151,8 +151,16 @@ class KernelCalibration:
         "idle_power_fraction", ge=0, le=1, default=0.09, doc="power at idle / TDP (energy model)"
     )
     attention_efficiency: float = key(
-        "attention_efficiency", gt=0, le=1, default=0.6, doc="fused attention kernel / peak"
+        "attention_efficiency", gt=0, le=1, default=0.6, doc="FlashAttention-2-class kernel / peak"
     )
+    attention_efficiency_cudnn: float = key(
+        "attention_efficiency_cudnn", ge=0, le=1, default=0.0,
+        doc="cuDNN fused attention / peak (0: as attention_efficiency)",
+    )  # fmt: skip
+    attention_efficiency_fa3: float = key(
+        "attention_efficiency_fa3", ge=0, le=1, default=0.0,
+        doc="FlashAttention-3 / peak (0: as attention_efficiency)",
+    )  # fmt: skip
     accumulator_store: str = key(
         "accumulator_store",
         choices=("register_file", "l1"),

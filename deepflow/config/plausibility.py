@@ -51,6 +51,7 @@ _TFLOPS = _Range("peak_dense_TFLOPS", "TFLOP/s", 14, 9000,
                  ((1e-3, "GFLOP/s"), (1e3, "PFLOP/s"), (1e-12, "FLOP/s")))  # fmt: skip
 _CLOCK = _Range("clock_GHz", "GHz", 0.9, 2.1, ((1e-3, "MHz"), (1e-9, "Hz")))
 _TDP = _Range("tdp_W", "W", 75, 1200, ((1e3, "kW"),))
+_POWER_LIMIT = _Range("power_limit_W", "W", 75, 1200, ((1e3, "kW"),))
 _DIE = _Range("die_area_mm2", "mm²", 100, 46225, ((100, "cm²"),))
 _LINK_BW = _Range("bandwidth_GBps", "GB/s", 12.5, 900,
                   ((1e3, "TB/s"), (1e-9, "B/s")))  # fmt: skip
@@ -82,6 +83,8 @@ def _device(device: DeviceSpec | DesignDeviceSpec, where: str) -> Iterator[str |
     yield _check(_DIE, where, device.die_area_mm2)
     if isinstance(device, DesignDeviceSpec):
         return
+    if device.power_limit_W > 0:
+        yield _check(_POWER_LIMIT, where, device.power_limit_W)
     yield _check(_HBM_BW, where, device.hbm_bandwidth_Bps / GB)
     yield _check(_HBM_CAP, where, device.hbm_capacity_B / GiB)
     yield _check(_CLOCK, where, device.clock_Hz / 1e9)

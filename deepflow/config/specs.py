@@ -15,8 +15,10 @@ from typing import Any
 from deepflow.config._schema import key, knob
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "MASTER_WEIGHTS_MODES",
     "PEAK_PRECISIONS",
     "RECOMPUTE_MODES",
     "TOPOLOGIES",
@@ -71,6 +73,14 @@ RECOMPUTE_MODES = ("none", "selective", "full", "selective_op")
 #: cross-entropy (fp32 softmax in place), PyTorch's unfused log_softmax + nll_loss on an fp32
 #: copy, or a fused kernel that writes the gradient into the 16-bit logits.
 CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
+#: How the optimizer keeps the master weights of a 16-bit model (docs/model.md §C2.1): a full
+#: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
+#: ``store_param_remainders``: the bf16 weights hold the high 16 bits).
+MASTER_WEIGHTS_MODES = ("fp32", "remainders")
+#: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
+#: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
+#: FusedAttention), FlashAttention-3.
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
 #: Device families with kernel calibration in configs/calibration/kernels.yaml.
 DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
@@ -91,6 +101,10 @@ class DeviceSpec:
     die_area_mm2: float = key("die_area_mm2", gt=0, doc="compute silicon, all dies")
     num_dies: int = key("num_dies", ge=1, default=1)
     tdp_W: float = key("tdp_W", gt=0)
+    power_limit_W: float = key(
+        "power_limit_W", gt=0, default=0.0,
+        doc="enforced board power limit below the TDP (nvidia-smi -pl); absent: the TDP",
+    )  # fmt: skip
     num_sms: int = key("num_sms", ge=1, doc="compute clusters (SMs, MXUs)")
     clock_Hz: float = key("clock_GHz", scale=1e9, gt=0)
     peak_flops: Mapping[str, float] = key(
@@ -108,6 +122,13 @@ class DeviceSpec:
     def precisions(self) -> tuple[str, ...]:
         """Precisions with a datasheet dense peak."""
         return tuple(self.peak_flops)
+
+    @property
+    def power_W(self) -> float:
+        """The board power the device runs at: its power limit where one is set below the
+        TDP, else the TDP."""
+        limit = self.power_limit_W
+        return min(limit, self.tdp_W) if limit > 0 else self.tdp_W
 
 
 # ---------------------------------------------------------------------------------- networks
@@ -296,12 +317,27 @@ class MappingSpec:
         default=True,
         doc="fused attention kernel",
     )
+    attention_kernel: str = knob(
+        "attention_kernel",
+        workloads=_LLM,
+        framework=True,
+        choices=ATTENTION_KERNELS,
+        default="fa2",
+        doc="the fused attention kernel: FlashAttention-2, cuDNN, FlashAttention-3",
+    )
     tp_comm_overlap: bool = knob(
         "tp_comm_overlap",
         workloads=_LLM,
         framework=True,
         default=False,
         doc="TP comm under GEMMs",
+    )
+    tp_async_backward: bool = knob(
+        "tp_async_backward",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="backward TP collectives under the other GEMM (Megatron) or waited on (DTensor)",
     )
     overlap_grad_reduce: bool = knob(
         "overlap_grad_reduce",
@@ -324,6 +360,21 @@ class MappingSpec:
         framework=True,
         default=True,
         doc="fp32 gradient buffers (Megatron) or 16-bit",
+    )
+    master_weights: str = knob(
+        "master_weights",
+        workloads=_LLM,
+        framework=True,
+        choices=MASTER_WEIGHTS_MODES,
+        default="fp32",
+        doc="the optimizer's master copy: fp32, or the low 16 bits of a bf16 model's",
+    )
+    fp8_params: bool = knob(
+        "fp8_params",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="the weights themselves in FP8 (TE fp8_model_init, fp8_param_gather)",
     )
     fp8_weight_cache: bool = knob(
         "fp8_weight_cache",

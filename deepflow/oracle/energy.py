@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from deepflow.config.specs import DeviceSpec, DramTechSpec, LinkTechSpec, LogicTechSpec
-from deepflow.oracle.hardware import SRAM_LEVELS, DeviceCaps
+from deepflow.oracle.hardware import SRAM_LEVELS, DeviceCaps, spec_logic_technology
 from deepflow.oracle.network import NetworkModel
 
 __all__ = ["ENERGY_PARTS", "derived_energies", "ops_energy_J", "spec_energies"]
@@ -46,8 +46,6 @@ _SCALE_OUT = ("data_parallel", "gradient_sync", "embedding_sync")
 #: Spec-mode link presets (configs/technologies/) standing for NVLink-class scale-up and
 #: optical scale-out ports (docs/model.md §A4.2).
 _SPEC_LINKS = ("nvlink-serdes", "optical-cpo")
-#: Logic technology presets by process node (nm), for spec-mode devices.
-_LOGIC_PRESETS = ((2, "n2"), (3, "n3"), (5, "n5"), (7, "n7"), (12, "n12"))
 
 
 def derived_energies(d: Mapping[str, Any], idle_fraction: float) -> dict[str, Any]:
@@ -82,11 +80,9 @@ def _spec_link_energies() -> tuple[float, float]:
 def _spec_technologies(node_nm: float, hbm: str) -> tuple[LogicTechSpec, DramTechSpec]:
     from deepflow.config.loader import load_technology
 
-    name = next((n for nm, n in _LOGIC_PRESETS if nm >= node_nm), _LOGIC_PRESETS[-1][1])
-    logic = load_technology(name)
     dram = load_technology(hbm if hbm != "hbm4" else "hbm3e")  # no HBM4 preset yet
-    assert isinstance(logic, LogicTechSpec) and isinstance(dram, DramTechSpec)
-    return logic, dram
+    assert isinstance(dram, DramTechSpec)
+    return spec_logic_technology(node_nm), dram
 
 
 def spec_energies(device: DeviceSpec, idle_fraction: float) -> dict[str, float]:

@@ -402,7 +402,7 @@ def _evaluate_table(
     else:
         device = scenario.system.device
         assert not isinstance(device, DesignDeviceSpec)
-        peak_power, area = np.full(n, device.tdp_W), np.full(n, device.die_area_mm2)
+        peak_power, area = np.full(n, device.power_W), np.full(n, device.die_area_mm2)
     result = kind.step(caps, net, x, calibration=cal)
     peak = _per_case(caps.peak_flops, n)
     out = _outputs(result, caps, peak_power, scenario.system.num_devices, peak_flops=peak,

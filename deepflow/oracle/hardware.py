@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from deepflow.config.specs import (
     DesignDeviceSpec,
     DeviceSpec,
     LinkTechSpec,
+    LogicTechSpec,
     SramTechSpec,
 )
 from deepflow.errors import ConfigError
@@ -51,6 +53,8 @@ __all__ = [
     "design_table",
     "device_caps",
     "device_summary",
+    "power_limit_clock_ratio",
+    "spec_logic_technology",
 ]
 
 F = NDArray[np.float64]
@@ -462,7 +466,7 @@ def device_summary(device: DeviceSpec | DesignDeviceSpec) -> dict[str, Any]:
         "hbm_capacity_B": device.hbm_capacity_B,
         "hbm_bandwidth_Bps": device.hbm_bandwidth_Bps,
         "area_mm2": device.die_area_mm2,
-        "power_W": device.tdp_W,
+        "power_W": device.power_W,
     }
 
 
@@ -513,7 +517,9 @@ class DeviceCaps:
     cluster_size: float = 1.0
     training_sustained_fraction: float = 1.0
     idle_power_fraction: float = 0.09
-    attention_efficiency: float = 0.6
+    attention_efficiency: float = 0.6  # FlashAttention-2-class kernels
+    attention_efficiency_cudnn: float = 0.6
+    attention_efficiency_fa3: float = 0.6
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
@@ -537,6 +543,9 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "training_sustained_fraction": cal.training_sustained_fraction,
         "idle_power_fraction": cal.idle_power_fraction,
         "attention_efficiency": cal.attention_efficiency,
+        # a kernel without a microbenchmark of the family runs as its FlashAttention-2 class
+        "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
+        "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 
@@ -565,6 +574,46 @@ def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
         "scale_up_latency_s": d["scale_up_latency_s"],
         "scale_out_latency_s": d["scale_out_latency_s"],
     }
+
+
+#: Logic technology presets by process node (nm), for spec-mode devices.
+_LOGIC_PRESETS = ((2, "n2"), (3, "n3"), (5, "n5"), (7, "n7"), (12, "n12"))
+
+
+@lru_cache(maxsize=64)
+def spec_logic_technology(node_nm: float) -> LogicTechSpec:
+    """The logic preset of a spec-mode device's node: the smallest preset node at or above it
+    (4 nm -> ``n5``; docs/model.md §A6.3)."""
+    from deepflow.config.loader import load_technology
+
+    name = next((n for nm, n in _LOGIC_PRESETS if nm >= node_nm), _LOGIC_PRESETS[-1][1])
+    logic = load_technology(name)
+    assert isinstance(logic, LogicTechSpec), f"{name} is a logic preset"
+    return logic
+
+
+def power_limit_clock_ratio(device: DeviceSpec, idle_power_fraction: float) -> float:
+    """Sustained clock under an enforced power limit, relative to the clock at the TDP.
+
+    A device busy with dense matrix work runs at its power limit (the calibrated GEMM
+    efficiency is measured there). Below the TDP the firmware lowers voltage and clock until
+    the dynamic power fits: the dynamic budget shrinks by r = (limit − static) / (TDP −
+    static), static = idle fraction × TDP (§A6.1), and the clock follows the node's V–f–P law
+    (:func:`deepflow.oracle.technology.operating_point`, alpha-power law with α = 2, the
+    voltage floor V_t + V_m; docs/model.md §A6.2). HBM keeps its own clock. 1.0 without a
+    limit below the TDP.
+    """
+    limit = device.power_W
+    if limit >= device.tdp_W:
+        return 1.0
+    static = idle_power_fraction * device.tdp_W
+    ratio = max(limit - static, 0.0) / (device.tdp_W - static)
+    logic = spec_logic_technology(float(device.process_node_nm))
+    _, freq, _ = operating_point(
+        ratio, 1.0, 1.0, logic.nominal_voltage_V, logic.threshold_voltage_V,
+        logic.margin_voltage_V,
+    )  # fmt: skip
+    return float(freq)
 
 
 def device_caps(
@@ -596,21 +645,25 @@ def device_caps(
         derived = derived_caps_fields(derive_one(device), precision)
         scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}
         return DeviceCaps(**common, **scalars)
-    peak = device.peak_flops[precision]
+    # the on-chip clock under a power limit scales the matrix and vector rates and the SRAM
+    # bandwidths (1.0 at the TDP)
+    clock = power_limit_clock_ratio(device, cal.idle_power_fraction)
+    peak = device.peak_flops[precision] * clock
+    peak16 = device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak / clock))
     return DeviceCaps(
         **common,
         peak_flops=peak,
-        peak_flops_16bit=device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak)),
-        vector_flops=device.peak_flops.get("fp32", peak / 16.0),
+        peak_flops_16bit=peak16 * clock,
+        vector_flops=device.peak_flops.get("fp32", peak / clock / 16.0) * clock,
         num_sms=float(device.num_sms),
-        clock_Hz=device.clock_Hz,
+        clock_Hz=device.clock_Hz * clock,
         hbm_bandwidth_Bps=device.hbm_bandwidth_Bps,
         hbm_capacity_B=device.hbm_capacity_B,
         hbm_latency_s=_SPEC_HBM_LATENCY_s,
         l2_capacity_B=device.l2_capacity_B,
-        l2_bandwidth_Bps=cal.l2_bytes_per_clock * device.clock_Hz,
+        l2_bandwidth_Bps=cal.l2_bytes_per_clock * device.clock_Hz * clock,
         l1_capacity_per_sm_B=device.l1_capacity_per_sm_B,
-        l1_bandwidth_Bps=cal.l1_bytes_per_clock_per_sm * device.num_sms * device.clock_Hz,
+        l1_bandwidth_Bps=cal.l1_bytes_per_clock_per_sm * device.num_sms * device.clock_Hz * clock,
         register_file_capacity_per_sm_B=device.register_file_per_sm_B,
         # Datasheets do not publish register-file bandwidth; the calibrated GEMM efficiency
         # of a shipped part already includes it (docs/model.md §C6.1a).

@@ -111,6 +111,10 @@ SPACE = {
         "zero_stage": {"type": "integer", "low": 0, "high": 3},
         "flash_attention": {"type": "categorical", "choices": [True, False]},
         "tp_comm_overlap": {"type": "fixed", "value": True},
+        "tp_async_backward": {"type": "categorical", "choices": [False, True]},
+        "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
+        "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
+        "fp8_params": {"type": "categorical", "choices": [False, True]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
     },
 }

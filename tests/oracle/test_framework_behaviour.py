@@ -50,3 +50,72 @@ def test_interleaved_pipeline_sends_hide_under_compute_when_overlapped() -> None
     a = evaluate_one(llama(**plain, overlap_p2p_comm=False))["breakdown_s"]["pipeline_p2p"]
     b = evaluate_one(llama(**plain, overlap_p2p_comm=True))["breakdown_s"]["pipeline_p2p"]
     assert a == b
+
+
+def _tp8(**mapping: object) -> dict[str, float]:
+    base = {"data_parallel": 1, "tensor_parallel": 8, "zero_stage": 0, "micro_batch_size": 1,
+            "sequence_parallel": True}  # fmt: skip
+    return evaluate_one(llama(**base, **mapping))["breakdown_s"]  # type: ignore[return-value]
+
+
+def test_waited_on_backward_collectives_expose_more_than_megatrons_async_ones() -> None:
+    megatron = _tp8(tp_comm_overlap=False, tp_async_backward=True)
+    dtensor = _tp8(tp_comm_overlap=False, tp_async_backward=False)
+    assert megatron["tensor_parallel_comm"] < dtensor["tensor_parallel_comm"]
+    # nothing else changes
+    assert megatron["gemm"] == dtensor["gemm"]
+
+
+def test_decomposed_tp_collectives_hide_under_their_gemms_but_not_all_of_them() -> None:
+    plain = _tp8(tp_comm_overlap=False)
+    overlapped = _tp8(tp_comm_overlap=True)
+    assert 0 < overlapped["tensor_parallel_comm"] < plain["tensor_parallel_comm"]
+    # async TP (DTensor's backward, the forward decomposed) hides less than userbuffers
+    torch_async = _tp8(tp_comm_overlap=True, tp_async_backward=False)
+    assert overlapped["tensor_parallel_comm"] < torch_async["tensor_parallel_comm"]
+    assert (
+        torch_async["tensor_parallel_comm"] < _tp8(tp_async_backward=False)["tensor_parallel_comm"]
+    )
+
+
+def test_decomposition_leaves_one_chunk_of_the_gemm_uncovered() -> None:
+    from deepflow.oracle.workloads.transformer.layer import _decomposed
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+
+    # a collective shorter than 7/8 of its GEMM hides; a longer one shows the excess
+    assert _decomposed(0.5, 1.0, 8.0, ArrayOps) == 0.0
+    assert _decomposed(1.0, 1.0, 8.0, ArrayOps) == pytest.approx(1 / 8)
+    assert _decomposed(3.0, 1.0, 2.0, ArrayOps) == pytest.approx(2.5)
+
+
+def test_attention_kernels_rank_as_their_microbenchmarks() -> None:
+    times = {k: _tp8(attention_kernel=k)["attention"] for k in ("fa2", "cudnn", "fa3")}
+    assert times["fa3"] < times["cudnn"] < times["fa2"]
+    # only the attention core changes
+    assert _tp8(attention_kernel="fa3")["gemm"] == _tp8(attention_kernel="fa2")["gemm"]
+
+
+def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -> None:
+    from types import SimpleNamespace
+
+    from deepflow.oracle.workloads.transformer.layer import Attention, context_comm
+
+    class Ops:  # records the all-gather's message
+        maximum = staticmethod(max)
+
+        def __init__(self) -> None:
+            self.msgs: list[float] = []
+
+        def coll(self, kind: str, msg: float, size: float, stride: float) -> float:
+            self.msgs.append(msg)
+            return 0.0
+
+    def kv_message(tp: int, kv: int) -> float:
+        i = SimpleNamespace(mb=1, s=8192, kv=kv, tp=tp, d_h=128, p=2.0, cp=2, st_cp=tp)
+        o = Ops()
+        context_comm(i, o, Attention(fwd=1.0, bwd=2.0))  # type: ignore[arg-type]
+        return o.msgs[0]
+
+    # 8 KV heads over 8 TP ranks: one head each; over 16, still one (replicated)
+    assert kv_message(1, 8) == 8 * kv_message(8, 8) == 8 * kv_message(16, 8)
+    assert kv_message(8, 8) == 2 * 8192 * 128 * 2.0

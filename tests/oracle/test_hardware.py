@@ -216,3 +216,33 @@ def test_a_newer_node_never_raises_energy_per_flop(family: list[str], power_rati
             derive_one(replace(base, technology=tech, power_W=power))["energy_per_flop_J"]
         )
     assert all(newer <= older for older, newer in itertools.pairwise(energies))
+
+
+def test_a_power_limit_lowers_the_clock_along_the_nodes_v_f_p_law() -> None:
+    from deepflow.oracle.hardware import device_caps, power_limit_clock_ratio
+    from deepflow.oracle.technology import operating_point
+
+    h100 = load_device("h100-sxm5-80gb")
+    assert not isinstance(h100, DesignDeviceSpec)
+    full = device_caps(h100, "bf16")
+    assert power_limit_clock_ratio(h100, 0.09) == 1.0
+    assert power_limit_clock_ratio(replace(h100, power_limit_W=900.0), 0.09) == 1.0
+    capped = replace(h100, power_limit_W=500.0)
+    ratio = power_limit_clock_ratio(capped, full.idle_power_fraction)
+    # by hand: dynamic budget (500 - 63) / (700 - 63) on n5's V-f-P law (V_n 0.75, V_t 0.2)
+    n5 = load_technology("n5")
+    assert isinstance(n5, LogicTechSpec)
+    r = (500 - 0.09 * 700) / (700 - 0.09 * 700)
+    expect = operating_point(r, 1.0, 1.0, n5.nominal_voltage_V, n5.threshold_voltage_V,
+                             n5.margin_voltage_V)[1]  # fmt: skip
+    assert ratio == pytest.approx(float(expect), rel=1e-12)
+    assert 0.80 < ratio < 0.88
+    caps = device_caps(capped, "bf16")
+    assert caps.peak_flops == pytest.approx(full.peak_flops * ratio)
+    assert caps.l2_bandwidth_Bps == pytest.approx(full.l2_bandwidth_Bps * ratio)
+    assert caps.hbm_bandwidth_Bps == full.hbm_bandwidth_Bps  # HBM keeps its clock
+    assert capped.power_W == 500.0
+    # lower limits, lower clocks
+    ratios = [power_limit_clock_ratio(replace(h100, power_limit_W=w), 0.09)
+              for w in (700, 600, 500, 400, 300, 150)]  # fmt: skip
+    assert ratios == sorted(ratios, reverse=True)

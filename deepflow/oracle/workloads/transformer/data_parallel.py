@@ -63,7 +63,8 @@ def data_parallel_comm(
     """
     dp, st_dp, m = i.dp, i.st_dp, i.m
     grads = params.stage * params.grad_bytes
-    params_b = params.stage * i.p
+    # the updated parameters travel in FP8 where the weights are FP8 (fp8_param_gather)
+    params_b = params.stage * o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, i.p)
     ar_dp = o.coll("all_reduce", grads, dp, st_dp)
     rs_dp = o.coll("reduce_scatter", grads, dp, st_dp)
     ag_dp = o.coll("all_gather", params_b, dp, st_dp)

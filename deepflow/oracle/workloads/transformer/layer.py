@@ -121,7 +121,12 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     # 16-bit in FP8 training: Transformer Engine runs fused attention in BF16 unless FP8
     # attention is asked for (docs/model.md §C6.4)
     peak = caps.peak_flops / i.slow16
-    attn_rate = peak * caps.attention_efficiency * caps.training_sustained_fraction
+    # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3; §C6.2)
+    efficiency = o.choose(
+        i.x["attention_kernel"],
+        (caps.attention_efficiency, caps.attention_efficiency_cudnn, caps.attention_efficiency_fa3),
+    )
+    attn_rate = peak * efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     # The shared memory sizes the Q block: B_r = min(128, L1 / (3·d_h·p)); K and V stream
@@ -233,30 +238,67 @@ def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
     """Tensor (and sequence) parallel communication of a layer (docs/model.md §C3.1, §C3.2).
 
     Forward: 2 all-reduces (SP: 2 all-gathers + 2 reduce-scatters). Backward, as Megatron-LM's
-    tensor_parallel layers issue it: the column-parallel GEMMs (QKV, fc1) all-reduce (SP:
-    reduce-scatter) their input gradient asynchronously under their weight-gradient GEMM
-    (since 2021-09), and with SP re-gather their input asynchronously under their
-    input-gradient GEMM; with SP the row-parallel GEMMs (projection, fc2) must all-gather the
-    output gradient before either GEMM starts (exposed). With --tp-comm-overlap (TE
-    userbuffers) all of it hides under the GEMMs, the forward included.
+    tensor_parallel layers issue it (``tp_async_backward``): the column-parallel GEMMs (QKV,
+    fc1) all-reduce (SP: reduce-scatter) their input gradient asynchronously under their
+    weight-gradient GEMM (since 2021-09), and with SP re-gather their input asynchronously
+    under their input-gradient GEMM; with SP the row-parallel GEMMs (projection, fc2) must
+    all-gather the output gradient before either GEMM starts (exposed). PyTorch's DTensor
+    (torchtitan) waits on each collective before the op that uses it: all exposed.
+
+    With overlap (``tp_comm_overlap``: Transformer Engine's userbuffers, PyTorch's async TP)
+    a collective is decomposed into tp chunks with the GEMM that consumes or produces it
+    (Wang et al., ASPLOS 2023; TorchTitan, arXiv 2410.06511 §2.3): forward, the all-gathers
+    with QKV and fc1, the reduce-scatters with the projection's and fc2's outputs (no SP: the
+    all-reduces); backward, the output-gradient all-gathers with the row-parallel
+    input-gradient GEMMs, the column-parallel collectives as without overlap. (PyTorch's
+    pass fuses an all-gather with the matmuls that take it as their left operand and a
+    reduce-scatter of one matmul's output: the column-parallel input gradient is a sum of
+    matmuls, so it is not fused; torch/_inductor/fx_passes/micro_pipeline_tp.py.)
     """
     sp, tp = i.sp, i.tp
     act_msg = i.T * i.h * i.p  # one activation tensor, nccl 'size' (§C3.1)
     ar = o.coll("all_reduce", act_msg, tp, i.st_tp)
     ag = o.coll("all_gather", act_msg, tp, i.st_tp)
     rs = o.coll("reduce_scatter", act_msg, tp, i.st_tp)
-    total_f = o.where(sp, 2 * (ag + rs), 2 * ar)
-    total_b = o.where(sp, 2 * (ag + rs) + 2 * ag, 2 * ar)
     overlap = i.x["tp_comm_overlap"] > 0
-    col_dgrad, col_wgrad = gemms.qkv.dgrad + gemms.up.dgrad, gemms.qkv.wgrad + gemms.up.wgrad
-    plain_b = o.where(
+    q, pr, up, dn = gemms.qkv, gemms.proj, gemms.up, gemms.down
+    # the column-parallel backward: its input-gradient reduction (and SP re-gather) each
+    # under the layer's other GEMM (Megatron), or waited on (DTensor)
+    col_async = o.where(
         sp,
-        2 * ag + o.maximum(2 * ag - col_dgrad, 0.0) + o.maximum(2 * rs - col_wgrad, 0.0),
-        o.maximum(2 * ar - col_wgrad, 0.0),
-    )
-    fwd = o.where(overlap, o.maximum(total_f - gemms.fwd, 0.0), total_f)
-    bwd = o.where(overlap, o.maximum(total_b - gemms.dgrad - gemms.wgrad, 0.0), plain_b)
-    return TensorComm(all_reduce=ar, all_gather=ag, reduce_scatter=rs, fwd=fwd, bwd=bwd)
+        o.maximum(ag - q.dgrad, 0.0) + o.maximum(ag - up.dgrad, 0.0)
+        + o.maximum(rs - q.wgrad, 0.0) + o.maximum(rs - up.wgrad, 0.0),
+        o.maximum(ar - q.wgrad, 0.0) + o.maximum(ar - up.wgrad, 0.0),
+    )  # fmt: skip
+    col = o.where(i.x["tp_async_backward"] > 0, col_async, o.where(sp, 2 * (ag + rs), 2 * ar))
+    row_f, row_b = o.where(sp, 2 * rs, 2 * ar), o.where(sp, 2 * ag, 0.0)
+    if o.any(overlap):
+        row_f = o.where(
+            overlap,
+            o.where(
+                sp,
+                _decomposed(rs, pr.fwd, tp, o) + _decomposed(rs, dn.fwd, tp, o),
+                _decomposed(ar, pr.fwd, tp, o) + _decomposed(ar, dn.fwd, tp, o),
+            ),
+            row_f,
+        )
+        row_b = o.where(
+            overlap & sp, _decomposed(ag, pr.dgrad, tp, o) + _decomposed(ag, dn.dgrad, tp, o), row_b
+        )
+        col_f = o.where(
+            overlap, _decomposed(ag, q.fwd, tp, o) + _decomposed(ag, up.fwd, tp, o), 2 * ag
+        )
+    else:
+        col_f = 2 * ag
+    fwd = o.where(sp, col_f, 0.0) + row_f
+    return TensorComm(all_reduce=ar, all_gather=ag, reduce_scatter=rs, fwd=fwd, bwd=col + row_b)
+
+
+def _decomposed(comm: Any, gemm: Any, tp: Any, o: Any) -> Any:
+    """Exposed seconds of a collective decomposed with its GEMM into tp chunks: the chunk on
+    the local shard (all-gather) or the last chunk's send (reduce-scatter) cannot overlap,
+    so the GEMM hides at most (tp − 1)/tp of itself (docs/model.md §C3.2)."""
+    return o.maximum(comm - gemm * (1.0 - 1.0 / tp), 0.0)
 
 
 class ContextComm(NamedTuple):
@@ -268,8 +310,9 @@ class ContextComm(NamedTuple):
 
 def context_comm(i: Inputs, o: Any, attn: Attention) -> ContextComm:
     """K and V of the whole sequence gathered over the context-parallel ring, overlapped with
-    the chunk in hand (docs/model.md §C3.1, §C3.2)."""
-    kv_msg = 2 * i.mb * i.s * i.kv * i.d_h * i.p
+    the chunk in hand (docs/model.md §C3.1, §C3.2). A tensor-parallel rank exchanges only its
+    own K/V heads (kv/tp, at least one: heads replicate when tp exceeds them)."""
+    kv_msg = 2 * i.mb * i.s * o.maximum(i.kv / i.tp, 1.0) * i.d_h * i.p
     cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp)
     return ContextComm(
         fwd=o.maximum(cp_ag - attn.fwd, 0.0), bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0)

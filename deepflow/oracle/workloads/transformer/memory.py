@@ -38,6 +38,11 @@ _ACTIVATION_OVERHEAD = 1.05
 #: Bytes per parameter of the 16-bit working weights, the fp32 master weights and Adam's two
 #: fp32 moments (Rajbhandari et al. 2020 §3.1: mixed-precision Adam keeps 2 + 2 + 12 bytes).
 _WEIGHT_B, _MASTER_B, _ADAM_B = 2.0, 4.0, 8.0
+#: Master-weight bytes per parameter of each ``master_weights`` mode: a full fp32 copy 4, or
+#: the 16 low bits of the fp32 value 2 (Apex ``DistributedFusedAdam(store_param_remainders=
+#: True)``, which NeMo 1.x selects for a bf16 model with fp32 optimizer state:
+#: nemo/collections/nlp/models/language_modeling/megatron_base_model.py, setup_optimization).
+_MASTER_BYTES = (_MASTER_B, 2.0)
 #: FSDP / ZeRO-3 prefetch: the unit being computed and the next one's gathered parameters
 #: (Zhao et al. 2023 §3.3: at most two in-flight all-gathers; FSDP2 prefetches one unit):
 #: the largest unit (a block, or the embedding) and one more block.
@@ -142,16 +147,16 @@ class Memory(NamedTuple):
 def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Memory:
     """Peak memory of a device and its breakdown (docs/model.md §C2).
 
-    Model states (§C2.1) per parameter of the stage, sharded over D = data × context
-    parallel ranks (Megatron-Core's distributed optimizer and torchtitan's FSDP mesh both
-    include the context-parallel ranks): 16-bit weights 2 (÷D at ZeRO-3), fp32 master
-    weights 4 (÷D from ZeRO-1), gradients 4 as fp32 main gradients (Megatron) or 2 in the
-    16-bit reduce dtype (÷D from ZeRO-2), Adam moments 8 (÷D from ZeRO-1): 18, 6 + 12/D,
-    2 + 16/D, 16/D with fp32 main gradients; 16, 4 + 12/D, 2 + 14/D, 16/D without (ZeRO
-    paper §5). ZeRO-3/FSDP also gathers the computed and the prefetched unit's weights and
-    holds one unit's unsharded gradients. Activations: 1F1B holds on stage 0 p micro-batches
-    of L/p layers = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches
-    than stages scale it by m/p; full recompute re-materialises one layer at a time.
+    Model states (§C2.1) per parameter of the stage, sharded over D = data × context parallel
+    ranks (Megatron-Core's distributed optimizer and torchtitan's FSDP mesh both include the
+    context-parallel ranks): 16-bit weights 2 (÷D at ZeRO-3), fp32 master weights 4 (÷D from
+    ZeRO-1; 2 as Apex's 16-bit remainders), gradients 4 as fp32 main gradients (Megatron) or 2
+    in the 16-bit reduce dtype (÷D from ZeRO-2), Adam moments 8 (÷D from ZeRO-1): 18, 6 + 12/D,
+    2 + 16/D, 16/D with fp32 main gradients; 16, 4 + 12/D, 2 + 14/D, 16/D without (ZeRO paper
+    §5). ZeRO-3/FSDP also gathers the computed and the prefetched unit's weights and holds one
+    unit's unsharded gradients. Activations: 1F1B holds on stage 0 p micro-batches of L/p layers
+    = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches than stages scale
+    it by m/p; full recompute re-materialises one layer at a time.
     """
     dp_cp = i.dp * i.cp
     zero = i.zero
@@ -173,7 +178,11 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     deepspeed = o.minimum(in_flight, _DEEPSPEED_MAX_LIVE_PARAMS) * 4.0
     blocking = i.x["overlap_grad_reduce"] <= 0
     fsdp = o.where((zero >= 3) & (dp_cp > 1), o.where(blocking, deepspeed, fsdp_units), 0.0)
-    cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0)
+    # FP8 parameters (Transformer Engine's fp8_model_init; Megatron-Core fp8_param_gather): the
+    # working weights are the FP8 copy itself, 1 byte, and nothing is cached besides them
+    fp8_params = fp8 & (i.x["fp8_params"] > 0)
+    weight_b = o.where(fp8_params, _FP8_WEIGHT_CACHE_B, _WEIGHT_B)
+    cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0) & o.not_(fp8_params)
     fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
@@ -190,8 +199,8 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
     last_is_peak = (i.pp > 1) & (last_total_act > first_act)
     terms: dict[str, Any] = {
-        "weights": _WEIGHT_B * n / shard_w,
-        "master_weights": _MASTER_B * n / shard_opt,
+        "weights": weight_b * n / shard_w,
+        "master_weights": o.choose(i.x["master_weights"], _MASTER_BYTES) * n / shard_opt,
         "gradients": grad_b * n / shard_g,
         "optimizer_states": _ADAM_B * n / shard_opt,
         "fsdp_buffers": fsdp,
