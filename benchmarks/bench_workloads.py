@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "configs" / "scenarios"
 
 
-def _best_s(run: Callable[[], object], repeats: int) -> float:
+def best_s(run: Callable[[], object], repeats: int) -> float:
+    """The shortest wall-clock time of ``repeats`` runs (other load only slows a run down)."""
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -94,12 +95,12 @@ def main() -> None:
     }  # fmt: skip
     for name, (scenario, columns) in cases.items():
         evaluate_table(scenario, {k: v[:8] for k, v in columns.items()})  # warm caches
-        seconds = _best_s(lambda s=scenario, c=columns: evaluate_table(s, c), repeats)
+        seconds = best_s(lambda s=scenario, c=columns: evaluate_table(s, c), repeats)
         print(f"{name:55s} {n / seconds:12,.0f} rows/s")
 
     space = load_space("lstm-paper")
     label_rows(space, seed=0, start=0, stop=8, num_samples=n, oracle_version="")
-    seconds = _best_s(
+    seconds = best_s(
         lambda: label_rows(space, seed=0, start=0, stop=n, num_samples=n, oracle_version=""),
         repeats,
     )
@@ -108,7 +109,7 @@ def main() -> None:
     for name in ("gemm-a100", "lstm-a100"):
         scenario = load_scenario(SCENARIOS / f"{name}.yaml")
         evaluate_one(scenario)
-        seconds = _best_s(lambda s=scenario: [evaluate_one(s) for _ in range(200)], repeats)
+        seconds = best_s(lambda s=scenario: [evaluate_one(s) for _ in range(200)], repeats)
         print(f"{name + ' evaluate_one':55s} {seconds / 200 * 1e6:12,.0f} us")
 
 

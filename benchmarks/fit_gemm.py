@@ -1,10 +1,11 @@
-"""Fit per-family GEMM efficiency to the public best-achievable matmul measurements.
+"""Fit per-family GEMM efficiency to the public matmul microbenchmarks.
 
 Run: .venv/bin/python benchmarks/fit_gemm.py [--write]
 
 For each (device family, precision) the efficiency is the geometric mean over its cases of
 measured / model-at-efficiency-1, where the model's value is its best FLOP/s over the same
-kind of shape sweep the benchmark runs (so tile and wave quantisation are accounted for).
+kind of shape sweep the benchmark runs for best-achievable (MAMF) cases, and its FLOP/s at the
+stated shape otherwise (so tile and wave quantisation are accounted for).
 Prints the fit and the per-case error; ``--write`` updates the gemm_efficiency values of
 configs/calibration/kernels.yaml in place (comments kept).
 """
@@ -18,17 +19,15 @@ from collections import defaultdict
 from pathlib import Path
 
 from deepflow.config.loader import builtin_config_dir
-from deepflow.data import load_measurements
-from deepflow.validation import best_achievable_flops, gemm_case_caps, score_gemm_cases
+from deepflow.validation import gemm_case_caps, gemm_microbenchmarks, score_gemm_cases
 
 
 def fit() -> dict[tuple[str, str], float]:
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for case in load_measurements("mamf_ml_engineering"):
-        caps = gemm_case_caps(case, gemm_efficiency=1.0)
-        ratios[(caps.family, caps.precision)].append(
-            float(case["measured"]["tflops"]) * 1e12 / best_achievable_flops(caps)
-        )
+    for case in gemm_microbenchmarks():
+        caps = gemm_case_caps(case)
+        (unit,) = score_gemm_cases([case], efficiency_override={(caps.family, caps.precision): 1.0})
+        ratios[(caps.family, caps.precision)].append(unit["measured_tflops"] / unit["model_tflops"])
     return {key: math.exp(sum(map(math.log, r)) / len(r)) for key, r in ratios.items()}
 
 

@@ -41,9 +41,11 @@ __all__ = [
     "inference_case_scenario",
     "measured_peak_memory",
     "measured_step_time_s",
+    "serving_scheduler",
     "software_date",
     "source_year",
     "training_case_scenario",
+    "trtllm_bench_limits",
 ]
 
 #: Case categories deepflow scores.
@@ -584,7 +586,10 @@ def _model(
         "num_layers": int(_need(case, "model.layers")),
         "hidden_size": hidden,
         "num_attention_heads": int(_need(case, "model.heads")),
-        "ffn_hidden_size": int(_get(model, "ffn_hidden", "ffn_hidden_size") or 4 * hidden),
+        # an all-MoE model states its experts' width alone (Qwen3's moe_ffn_hidden)
+        "ffn_hidden_size": int(
+            _get(model, "ffn_hidden", "ffn_hidden_size", "moe_ffn_hidden") or 4 * hidden
+        ),
         "ffn_activation": "swiglu" if swiglu else "gelu",
         "seq_length": seq_len or int(_need(case, "model.seq_len")),
         "vocab_size": int(_need(case, "model.vocab")),
@@ -594,6 +599,9 @@ def _model(
               "num_key_value_heads")  # fmt: skip
     if kv is not None:
         out["num_kv_heads"] = int(kv)
+    head_dim = _get(model, "head_dim")
+    if head_dim is not None and int(head_dim) * out["num_attention_heads"] != hidden:
+        out["head_dim"] = int(head_dim)
     experts = _get(model, "num_experts", "experts", "moe_experts")
     if experts is not None and int(experts) > 1:
         out["num_experts"] = int(experts)
@@ -763,8 +771,10 @@ SERVING_QUANTITIES = (
 
 def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> Any:
     """A measured serving run as a scenario (``workload.kind: inference``): the case's model,
-    accelerator, mapping, precisions, prompt and output lengths, and its batch (stated batch or
-    concurrency; else ``batch``, the caller's choice for runs whose scheduler picks it)."""
+    accelerator, mapping, precisions, prompt and output lengths, how its server scheduled the
+    requests (:func:`serving_scheduler`), and the requests offered: its stated batch or
+    concurrency, else the number of requests of an offline run, else ``batch`` (the caller's
+    choice for runs that state neither)."""
     from deepflow.config import scenario_from_mapping
 
     device_preset, network_preset = accelerator_presets(case)
@@ -784,31 +794,142 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
             raise ConfigError(f"{_where(case)}: inference.{name} must be a number >= 1; got "
                               f"{value!r} (variable lengths are not modelled).")  # fmt: skip
         lengths.append(int(value))
-    stated = _get(inf, "batch_size", "max_concurrency")
-    if isinstance(stated, int | float) and not isinstance(stated, bool) and stated >= 1:
-        batch = int(stated)
-    if batch is None:
+    offered = _count(_get(inf, "batch_size", "max_concurrency")) or _count(
+        inf.get("num_requests")) or batch  # fmt: skip
+    if offered is None:
         raise ConfigError(f"{_where(case)}: inference.batch_size (or max_concurrency) is "
                           "missing.")  # fmt: skip
     tp, pp = int(inf.get("tp") or 1), int(inf.get("pp") or 1)
     gpus = int(_get(inf, "num_gpus") or _get(case.get("hardware"), "num_gpus") or tp * pp)
-    dp = max(1, gpus // (tp * pp))
     stated_per_node = _get(case.get("hardware"), "gpus_per_node")
     node = int(stated_per_node) if isinstance(stated_per_node, int | float) else 8
     per_node = max(1, min(node, gpus))
     model = _model(case, {"dropout": False}, seq_len=lengths[0] + lengths[1])
+    ep = int(inf.get("ep") or 1)
+    if inf.get("attention_dp"):
+        # attention data-parallel (TensorRT-LLM enable_attention_dp): every GPU runs attention
+        # for its own requests with the whole attention block; the experts are sharded over
+        # all of them (expert parallel = the GPUs of the replica)
+        ep = int(inf.get("ep") or gpus // pp)
+        tp = 1
+    dp = max(1, gpus // (tp * pp))
     raw = {
         "system": {"device": _device(case, device_preset, precision),
                    "network": _network(case, network_preset, per_node),
                    "devices_per_node": per_node, "num_nodes": max(1, gpus // per_node)},
         "workload": {"kind": "inference", "model": model, "precision": precision,
-                     "global_batch_size": batch, "input_tokens": lengths[0],
+                     "global_batch_size": offered, "input_tokens": lengths[0],
                      "output_tokens": lengths[1], "kv_cache_precision": kv},
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
-                    "expert_parallel": int(inf.get("ep") or 1),
-                    "sequence_parallel": False},
+                    "expert_parallel": ep, "sequence_parallel": False},
     }  # fmt: skip
-    return scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
+    return _replace_workload(scenario, serving_scheduler(case, scenario))
+
+
+def _count(value: Any) -> int | None:
+    """A stated count (a number >= 1), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+        return int(value)
+    return None
+
+
+def _replace_workload(scenario: Any, changes: Mapping[str, Any]) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, **changes))
+
+
+def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
+    """How the case's server batched requests, as workload keys (docs/validation.md):
+
+    * static batching where the case says so, runs TensorRT-LLM's C++ session benchmark
+      (``gptSessionBenchmark`` starts a batch together and ends it together), or runs a closed
+      loop of fixed-length requests (sessions that start together with equal lengths stay in
+      lockstep whatever the scheduler: each round's prompts arrive together and finish
+      together); continuous (in-flight) batching otherwise;
+    * CUDA-graph padding of decode iterations where the case states padding is on
+      (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
+    * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
+    * TensorRT-LLM's PyTorch-backend executor's host time per running request and iteration
+      (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``).
+    """
+    inf = case.get("inference") or {}
+    text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
+    graphs = str(inf.get("cuda_graphs") or "").lower()
+    lockstep = re.search(r"static|gptsessionbenchmark|closed loop.*fixed.length", text)
+    out: dict[str, Any] = {
+        "batching": "static" if lockstep else "continuous",
+        "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
+    }
+    if "tensorrt-llm" in text and "pytorch backend" in text:
+        from deepflow.config.calibration import current_calibration
+
+        # the PyTorch executor's host time per running request and iteration (measured,
+        # configs/calibration/frameworks.yaml tensorrt_llm_pytorch)
+        out["host_s_per_request"] = current_calibration().serving.host_s_per_request
+    stated_limits = _count(inf.get("max_batch_size")), _count(inf.get("max_num_tokens"))
+    if "trtllm-bench" in text and not any(stated_limits):
+        out["max_batch_size"], out["max_num_tokens"] = trtllm_bench_limits(case, scenario)
+    else:
+        out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
+    return out
+
+
+#: trtllm-bench's bytes per weight and KV element by quantisation (TensorRT-LLM
+#: bench/build/tuning.py BYTES_PER_ELEM; NVFP4 checkpoints get an FP8 KV cache, utils/general.py
+#: _KV_CACHE_MAP).
+_TRTLLM_BYTES = {"fp8": 1.0, "fp4": 0.5}
+
+
+def trtllm_bench_limits(case: dict[str, Any], scenario: Any) -> tuple[int, int]:
+    """The max batch size and max tokens per iteration trtllm-bench gives an engine when the
+    user does not (TensorRT-LLM ``tensorrt_llm/bench/build/tuning.py`` ``calc_engine_setting``
+    and ``finetune_setting``; ``bench/benchmark/utils/general.py`` ``get_settings``): the
+    requests its KV estimate holds, capped at 4,096 per pipeline stage and rounded up
+    optimistically; B·(1 + ISL/OSL) tokens capped at 32,768 and rounded up, at least ISL + B
+    without chunked prefill (its default)."""
+    inf = case.get("inference") or {}
+    model, wl = scenario.workload.model, scenario.workload
+    tp, pp = int(inf.get("tp") or 1), int(inf.get("pp") or 1)
+    isl, osl = wl.input_tokens, wl.output_tokens
+    weight_B = _TRTLLM_BYTES.get(wl.precision, 2.0)
+    kv_B = _TRTLLM_BYTES.get(wl.kv_cache_precision or wl.precision, 2.0)
+    head = model.head_dim or model.hidden_size / model.num_attention_heads
+    per_token_GiB = 2 * model.num_layers * max(tp, model.num_kv_heads) * head * kv_B / 2**30
+    params = _serving_params(model)
+    available_GiB = scenario.system.device.hbm_capacity_B / 2**30 * tp * pp - (
+        params * weight_B / 2**30
+    )
+    fraction = inf.get("kv_cache_free_gpu_mem_fraction")
+    # the perf overview ran 0.95 "in many cases" (docs/source/performance/perf-overview.md)
+    fraction = float(fraction) if isinstance(fraction, int | float) else 0.95
+    requests = available_GiB * fraction / (per_token_GiB * (isl + osl))
+    raw_bs = min(requests, 4096) / pp
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
+    max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
+    return max_bs, max(max_tokens, isl + max_bs)
+
+
+def _round_up(value: float, steps: tuple[tuple[float, int], ...]) -> int:
+    """``value`` rounded up to the step of the first (below, step) it is below
+    (trtllm-bench's ``finetune_setting``: a slightly optimistic setting)."""
+    step = next(step for below, step in steps if value < below)
+    return int(step * math.ceil(value / step))
+
+
+def _serving_params(model: Any) -> float:
+    """Parameters of a serving model (embedding and output layer included), as a Hugging Face
+    checkpoint counts them."""
+    h, a = model.hidden_size, model.num_attention_heads
+    kv = model.num_kv_heads or a
+    head = model.head_dim or h / a
+    mats = 3 if model.ffn_activation == "swiglu" else 2
+    experts = model.num_experts
+    layer = h * (a + 2 * kv) * head + a * head * h + mats * h * model.ffn_hidden_size * experts
+    layer += (h * experts if experts > 1 else 0) + 2 * h
+    return model.num_layers * layer + 2 * model.vocab_size * h
 
 
 def _model_flops(case: dict[str, Any], definition: str) -> float:

@@ -35,6 +35,7 @@ __all__ = [
     "MAMF_SWEEP",
     "TRAINING_GROUPS",
     "gemm_case_caps",
+    "gemm_microbenchmarks",
     "measured_step_time_s",
     "score_collective_cases",
     "score_gemm_cases",
@@ -64,7 +65,7 @@ MAMF_SWEEP = (4096, 6144, 8192, 12288, 16384)
 def _gemm_precision(key: str) -> str:
     """The oracle precision of a peak key ("bf16", "fp8_e4m3fn", "fp16/bf16 tensor", "tf32")."""
     lowered = key.lower()
-    for name in ("fp8", "bf16", "fp16", "tf32", "fp32", "int8", "fp64"):
+    for name in ("fp4", "fp8", "bf16", "fp16", "tf32", "fp32", "int8", "fp64"):
         if name in lowered:
             return name
     return "bf16"
@@ -109,14 +110,20 @@ def _gemm_shape(case: dict[str, Any]) -> tuple[int, int, int] | None:
     return int(dims[0]), int(dims[1]), int(dims[2])
 
 
+def gemm_microbenchmarks() -> list[dict[str, Any]]:
+    """The public set's matmul microbenchmarks (``category: gemm_microbenchmark``)."""
+    return [c for c in load_measurements() if case_category(c) == "gemm_microbenchmark"]
+
+
 def score_gemm_cases(
     cases: list[dict[str, Any]] | None = None,
     *,
     efficiency_override: dict[tuple[str, str], float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Model vs measured best-achievable matmul TFLOP/s for every MAMF case."""
+    """Model vs measured matmul TFLOP/s for every GEMM microbenchmark of the public set (the
+    MAMF best-achievable ones against the model's best over a sweep), or for ``cases``."""
     rows = []
-    for case in load_measurements("mamf_ml_engineering") if cases is None else cases:
+    for case in gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
         key = (caps.family, caps.precision)
         if efficiency_override and key in efficiency_override:
@@ -207,9 +214,9 @@ def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[s
 def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Model vs measured serving figures of one case: a row per quantity it states
     (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
-    ``<group>/<quantity>`` (the row's ``quantity`` names it). A case whose scheduler picked
-    the batch (offline throughput runs) is modelled at the batch its KV cache holds
-    (``max_concurrency``; docs/model.md §D3)."""
+    ``<group>/<quantity>`` (the row's ``quantity`` names it). A case that states neither a
+    batch, a concurrency nor a number of requests is offered the batch its KV cache holds
+    (``max_concurrency``; docs/model.md §D5)."""
     from deepflow.measurements import SERVING_QUANTITIES, inference_case_scenario
     from deepflow.oracle.evaluate import evaluate_one
 

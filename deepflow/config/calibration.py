@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from deepflow.config._schema import Ctx, build, check_keys, key, require_mapping
 from deepflow.config.loader import builtin_config_dir, preset_path, read_yaml
 from deepflow.config.specs import DEVICE_FAMILIES, PEAK_PRECISIONS, MiB, NetworkSpec
+
+T = TypeVar("T")
 
 __all__ = [
     "CALIBRATION_FILES",
@@ -100,6 +102,11 @@ class Calibration:
     def network(self) -> NetworkCalibration:
         """The link classes and which class each network uses."""
         return _network_calibration(self.network_path)
+
+    @property
+    def serving(self) -> ServingCalibration:
+        """Serving frameworks' measured host costs."""
+        return _serving_calibration(self.frameworks_path)
 
 
 def current_calibration() -> Calibration:
@@ -216,10 +223,14 @@ def framework_calibration() -> FrameworkCalibration:
 
 @cache
 def _framework_calibration(path: Path) -> FrameworkCalibration:
-    raw = read_yaml(path, what="a calibration mapping with key 'deepspeed_zero3_2021'")
-    ctx = Ctx(str(path))
-    entry = require_mapping(raw.get("deepspeed_zero3_2021"), ctx.child("deepspeed_zero3_2021"))
-    return build(FrameworkCalibration, entry, ctx.child("deepspeed_zero3_2021"))
+    return _entry(path, "deepspeed_zero3_2021", FrameworkCalibration)
+
+
+def _entry(path: Path, name: str, cls: type[T]) -> T:
+    """The ``name`` mapping of a calibration file as ``cls``."""
+    raw = read_yaml(path, what=f"a calibration mapping with key '{name}'")
+    ctx = Ctx(str(path)).child(name)
+    return build(cls, require_mapping(raw.get(name), ctx), ctx)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,6 +254,22 @@ def _memory_calibration(path: Path) -> MemoryCalibration:
     ctx = Ctx(str(path))
     return build(MemoryCalibration, require_mapping(raw.get("memory"), ctx.child("memory")),
                  ctx.child("memory"))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingCalibration:
+    """A serving framework's host cost (``configs/calibration/frameworks.yaml``,
+    ``tensorrt_llm_pytorch``; docs/model.md §D2)."""
+
+    host_s_per_request: float = key(
+        "host_us_per_request", scale=1e-6, ge=0,
+        doc="executor host time per running request and iteration",
+    )  # fmt: skip
+
+
+@cache
+def _serving_calibration(path: Path) -> ServingCalibration:
+    return _entry(path, "tensorrt_llm_pytorch", ServingCalibration)
 
 
 # ------------------------------------------------------------------- network link classes

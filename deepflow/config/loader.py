@@ -94,7 +94,9 @@ SCENARIO_KEYS = ("system", "workload", "mapping", "framework")
 FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
-                 "output_tokens", "kv_cache_precision", "electricity_usd_per_kWh",
+                 "output_tokens", "kv_cache_precision", "batching", "max_batch_size",
+                 "max_num_tokens", "cuda_graph_padding", "host_us_per_request",
+                 "electricity_usd_per_kWh",
                  "amortization_years")  # fmt: skip
 #: Model spec class per ``kind``; workload kinds registered with the oracle add theirs
 #: (:func:`deepflow.oracle.workloads.register_workload`).
@@ -622,7 +624,18 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if not isinstance(model, TransformerSpec):
         _check_kernel_parallel(s, mctx)
         return
-    broken = first_violation({d: getattr(m, d) for d in STRUCTURAL}, model)
+    if (
+        wl.kind == "training"
+        and model.head_dim
+        and (model.head_dim * model.num_attention_heads != model.hidden_size)
+    ):
+        raise top.child("workload.model.head_dim").error(
+            f"({model.head_dim}) × num_attention_heads ({model.num_attention_heads}) must equal "
+            f"hidden_size ({model.hidden_size}) for training; a wider head is modelled for "
+            "serving only (workload.kind: inference)."
+        )
+    broken = first_violation({d: getattr(m, d) for d in STRUCTURAL}, model,
+                             serving=wl.kind == "inference")  # fmt: skip
     if broken is not None:
         key_name, message = broken
         raise mctx.child(key_name).error(message)

@@ -30,11 +30,13 @@ __all__ = [
     "KNOB",
     "KNOBS",
     "RULES",
+    "SERVING_TP_RULE",
     "STRUCTURAL",
     "Knob",
     "Rule",
     "first_violation",
     "knobs_of",
+    "rules_for",
     "valid_mappings",
 ]
 
@@ -161,9 +163,36 @@ RULES: tuple[Rule, ...] = (
 )  # fmt: skip
 
 
-def first_violation(values: Mapping[str, int], model: TransformerSpec) -> tuple[str, str] | None:
-    """The (key, message) of the first rule one mapping breaks, or None."""
-    for rule in RULES:
+def _serving_tp_message(v: Mapping[str, int], m: TransformerSpec) -> str:
+    return (f"({v['tensor_parallel']}) must divide the model's num_attention_heads "
+            f"({m.num_attention_heads}), and divide or be a multiple of its num_kv_heads "
+            f"({m.num_kv_heads}).")  # fmt: skip
+
+
+#: Serving replicates a KV head on every rank of its group when tensor parallelism exceeds the
+#: KV heads (TensorRT-LLM bench/build/tuning.py: adjusted_num_kv_heads = max(tp, kv); vLLM's
+#: QKVParallelLinear "replicate the KV heads" when tp >= num_kv_heads), so tp may be a multiple
+#: of the KV heads there; training keeps Megatron's rule (num_query_groups % tp == 0).
+SERVING_TP_RULE = Rule(
+    "tensor_parallel", ("tensor_parallel",),
+    lambda v, m: (m.num_attention_heads % v["tensor_parallel"] == 0)
+    & ((m.num_kv_heads % v["tensor_parallel"] == 0)
+       | (v["tensor_parallel"] % m.num_kv_heads == 0)), _serving_tp_message,
+)  # fmt: skip
+
+
+def rules_for(serving: bool) -> tuple[Rule, ...]:
+    """The rules of a training mapping (:data:`RULES`) or of a serving one (KV heads may be
+    replicated: :data:`SERVING_TP_RULE`)."""
+    return (SERVING_TP_RULE, *RULES[1:]) if serving else RULES
+
+
+def first_violation(
+    values: Mapping[str, int], model: TransformerSpec, *, serving: bool = False
+) -> tuple[str, str] | None:
+    """The (key, message) of the first rule one mapping breaks, or None (``serving``: the
+    rules of a serving mapping, :func:`rules_for`)."""
+    for rule in rules_for(serving):
         if not bool(rule.ok(values, model)):
             return rule.key, rule.message(values, model)
     return None
@@ -174,6 +203,7 @@ def valid_mappings(
     candidates: Mapping[str, Sequence[int] | None],
     order: Sequence[str] = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                             "expert_parallel", "micro_batch_size", "virtual_pipeline_stages"),
+    *, serving: bool = False,
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order).
 
@@ -182,13 +212,16 @@ def valid_mappings(
     gives each degree's allowed values; ``data_parallel`` None means derived from the others.
     Rows come in the lexicographic order of ``order`` (the six degrees other than data
     parallel; tensor, pipeline and context parallel first), each in its candidates' order.
+    ``serving``: the rules of a serving mapping (:func:`rules_for`), whose batch is requests
+    per replica, so nothing needs to divide it.
     """
     per_replica = Rule(
         "micro_batch_size", ("micro_batch_size", "data_parallel"),
-        lambda v, m: (batch // v["data_parallel"]) % v["micro_batch_size"] == 0,
+        lambda v, m: (v["micro_batch_size"] >= 1) if serving
+        else (batch // v["data_parallel"]) % v["micro_batch_size"] == 0,
         lambda v, m: f"({v['micro_batch_size']}) must divide the batch per data-parallel rank.",
     )  # fmt: skip
-    rules = (*RULES, per_replica)
+    rules = (*rules_for(serving), per_replica)
     cols: dict[str, I64] = {"__": np.zeros(1, dtype=np.int64)}
     applied: set[int] = set()
     for degree in order:
@@ -199,7 +232,8 @@ def valid_mappings(
         if "data_parallel" not in cols and all(
             d in cols for d in ("tensor_parallel", "pipeline_parallel", "context_parallel")
         ):
-            cols = _derive_data_parallel(cols, num_devices, batch, candidates["data_parallel"])
+            cols = _derive_data_parallel(cols, num_devices, batch, candidates["data_parallel"],
+                                         serving=serving)  # fmt: skip
         for i, rule in enumerate(rules):
             if i not in applied and all(d in cols for d in rule.needs):
                 applied.add(i)
@@ -212,14 +246,16 @@ def _keep(cols: dict[str, I64], mask: NDArray[np.bool_]) -> dict[str, I64]:
 
 
 def _derive_data_parallel(cols: dict[str, I64], num_devices: int, batch: int,
-                          allowed: Sequence[int] | None) -> dict[str, I64]:  # fmt: skip
-    """Data parallelism from the others (devices / (tp × pp × cp)), kept where allowed."""
+                          allowed: Sequence[int] | None, *,
+                          serving: bool = False) -> dict[str, I64]:  # fmt: skip
+    """Data parallelism from the others (devices / (tp × pp × cp)), kept where allowed (and,
+    for training, where it divides the global batch; a serving batch is per replica)."""
     inner = cols["tensor_parallel"] * cols["pipeline_parallel"] * cols["context_parallel"]
     cols = _keep(cols, num_devices % inner == 0)
     dp = num_devices // (cols["tensor_parallel"] * cols["pipeline_parallel"]
                          * cols["context_parallel"])  # fmt: skip
     cols["data_parallel"] = dp
-    keep = batch % dp == 0
+    keep = np.full(dp.shape, True) if serving else batch % dp == 0
     if allowed is not None:
         keep &= np.isin(dp, np.asarray(allowed, dtype=np.int64))
     return _keep(cols, keep)

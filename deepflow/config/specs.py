@@ -61,6 +61,8 @@ PEAK_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
 #: What a workload runs (contract): training steps or serving requests.
 WORKLOAD_KINDS = ("training", "inference")
+#: How a server batches requests (``workload.batching``; docs/model.md §D2).
+SERVING_BATCHING = ("continuous", "static")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 #: Activation recompute: none; Megatron's selective (the attention core); full (the layer
@@ -171,6 +173,11 @@ class TransformerSpec:
     hidden_size: int = key("hidden_size", ge=1)
     num_attention_heads: int = key("num_attention_heads", ge=1)
     num_kv_heads: int = key("num_kv_heads", ge=1, default=0, doc="0 = num_attention_heads")
+    head_dim: int = key(
+        "head_dim", ge=1, default=0,
+        doc="width of one attention head; 0 = hidden_size / num_attention_heads (serving "
+            "models a head wider than that, e.g. Qwen3's 128 at hidden 4096 and 64 heads)",
+    )  # fmt: skip
     ffn_hidden_size: int = key("ffn_hidden_size", ge=1, default=0, doc="0 = 4 * hidden_size")
     ffn_activation: str = key("ffn_activation", choices=FFN_ACTIVATIONS, default="gelu")
     seq_length: int = key("seq_length", ge=1)
@@ -226,6 +233,30 @@ class WorkloadSpec:
     kv_cache_precision: str = key(
         "kv_cache_precision", choices=("", *WORKLOAD_PRECISIONS), default="",
         doc="serving: KV-cache element type (default: the workload's precision)",
+    )  # fmt: skip
+    # serving: how the server schedules requests (docs/model.md §D2)
+    batching: str = key(
+        "batching", choices=SERVING_BATCHING, default="continuous",
+        doc="serving: continuous (in-flight batching, prompts join running decodes) or static "
+            "(a batch starts together and finishes together)",
+    )  # fmt: skip
+    max_batch_size: int = key(
+        "max_batch_size", ge=0, default=0,
+        doc="serving: the scheduler's cap on requests running at once (0: what the KV cache holds)",
+    )  # fmt: skip
+    max_num_tokens: int = key(
+        "max_num_tokens", ge=0, default=0,
+        doc="serving: the scheduler's cap on tokens (prompt + decode) per iteration (0: none)",
+    )  # fmt: skip
+    host_s_per_request: float = key(
+        "host_us_per_request", scale=1e-6, ge=0, default=0.0,
+        doc="serving: the framework's host time per running request and iteration (an iteration "
+            "lasts at least that many; 0: none)",
+    )  # fmt: skip
+    cuda_graph_padding: bool = key(
+        "cuda_graph_padding", default=False,
+        doc="serving: decode-only iterations run a CUDA graph captured for the next power of "
+            "two of the batch (TensorRT-LLM's cuda_graph_config enable_padding)",
     )  # fmt: skip
     # serving cost inputs (docs/model.md §D4)
     electricity_usd_per_kWh: float = key(

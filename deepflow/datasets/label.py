@@ -34,6 +34,7 @@ from deepflow.datasets.space import (
     GROUP_VARIABLES,
     PERIMETER_PARTS,
     POWER_PARTS,
+    SERVING_MAPPING,
     STRUCTURAL,
     TECH_VARIABLES,
     DesignSpace,
@@ -308,6 +309,8 @@ def _transformer_inputs(space: DesignSpace, dec: dict[str, NDArray[Any]], rows: 
     cols: dict[str, NDArray[Any]] = {}
     mapping = dec[_MAPPING][rows]
     for j, degree in enumerate(STRUCTURAL):
+        if space.base_is_serving and degree not in SERVING_MAPPING:
+            continue  # the serving model reads tp, pp, dp and ep only
         cols[degree] = mapping[:, j].astype(float)
     for knob in _KNOBS:
         if knob.name not in names:
@@ -518,7 +521,7 @@ def point_scenarios(space: DesignSpace, u: F) -> list[Scenario]:
             workload = dataclasses.replace(scenario.workload, global_batch_size=int(batch[row]))
             mapping = scenario.mapping
             if cols:
-                changes: dict[str, Any] = {d: int(cols[d][i]) for d in STRUCTURAL}
+                changes: dict[str, Any] = {d: int(cols[d][i]) for d in STRUCTURAL if d in cols}
                 for knob in _KNOBS:
                     if knob.column in cols:
                         changes[knob.name] = knob.decode(cols[knob.column][i])

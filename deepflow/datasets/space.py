@@ -56,6 +56,7 @@ __all__ = [
     "AREA_PARTS",
     "PERIMETER_PARTS",
     "POWER_PARTS",
+    "SERVING_MAPPING",
     "STRUCTURAL",
     "VARIABLE_TYPES",
     "DesignSpace",
@@ -121,6 +122,9 @@ class _Domain:
 #: The mapping keys a space may vary: the transformer's knobs of the knob table (the
 #: design-space labeller passes exactly these on).
 MAPPING_KNOBS = tuple(k.name for k in mapping_rules.knobs_of("transformer"))
+#: The mapping keys a serving space may vary: the degrees the serving model reads
+#: (``deepflow.oracle.workloads.inference.INFERENCE_COLUMNS``).
+SERVING_MAPPING = ("tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel")
 
 
 def _mapping_domain(name: str) -> _Domain:
@@ -469,6 +473,12 @@ class DesignSpace:
         return isinstance(self.base.workload.model, TransformerSpec)
 
     @property
+    def base_is_serving(self) -> bool:
+        """A serving space (``workload.kind: inference``): mappings by the serving rules, and
+        only the degrees the serving model reads (:data:`SERVING_MAPPING`)."""
+        return self.base.workload.kind == "inference"
+
+    @property
     def num_dims(self) -> int:
         return sum(v.num_dims for v in self.variables) + int(self.has_mapping_dim)
 
@@ -631,6 +641,11 @@ def _check_combinations(space: DesignSpace, top: Ctx) -> None:
                 raise vctx.child(name).error(
                     f"needs a design-mode device; {spec_mode[0]} is a spec-mode device."
                 )
+        if section == "mapping" and space.base_is_serving and name not in SERVING_MAPPING:
+            raise vctx.child(name).error(
+                f"is not read by the serving model (workload.kind: inference varies "
+                f"{', '.join(SERVING_MAPPING)})."
+            )
         if section == "mapping":
             other = [m for m in models if not isinstance(m, TransformerSpec)]
             if other:
@@ -688,11 +703,12 @@ def _divides(a: int, b: int) -> bool:
 
 def valid_mappings(
     num_devices: int, model: TransformerSpec, batch: int,
-    candidates: Mapping[str, tuple[int, ...] | None],
+    candidates: Mapping[str, tuple[int, ...] | None], *, serving: bool = False,
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order),
-    by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`)."""
-    return mapping_rules.valid_mappings(num_devices, model, batch, candidates)
+    by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`; a
+    serving space's by the serving rules)."""
+    return mapping_rules.valid_mappings(num_devices, model, batch, candidates, serving=serving)
 
 
 def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
@@ -723,7 +739,8 @@ def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
         )
     declared = [d for d in STRUCTURAL if d in names] or ["(none: the base mapping's degrees)"]
     for n, (mi, model), batch in itertools.product(counts, enumerate(models), batches):
-        table = valid_mappings(n, model, int(batch), space.candidates)
+        table = valid_mappings(n, model, int(batch), space.candidates,
+                               serving=space.base_is_serving)  # fmt: skip
         if not len(table):
             raise top.child("variables").error(
                 f"admit no valid mapping for {n} devices, model {model.name}, global_batch_size "

@@ -108,18 +108,25 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
 def _best_serving_mappings(
     scenario: Scenario, top: int, calibration: Calibration
 ) -> dict[str, Any]:
-    """Serving: every tensor × pipeline × data-parallel split of the devices (tensor parallel
-    dividing the attention and KV heads, pipeline stages at most the layers), ranked by
-    system output tokens per second among the feasible ones (docs/model.md §D1, §D2)."""
+    """Serving: every tensor × pipeline × data-parallel split of the devices that the serving
+    mapping rules admit (tensor parallel dividing the attention heads and dividing or
+    replicating the KV heads, pipeline stages at most the layers, the scenario's expert
+    parallelism dividing the replicas), ranked by system output tokens per second among the
+    feasible ones (docs/model.md §D1, §D3)."""
     from deepflow.oracle.evaluate import evaluate_table
 
     model = scenario.workload.model
     assert isinstance(model, TransformerSpec)
     n = scenario.system.num_devices
-    rows = [(tp, pp, n // (tp * pp)) for tp in _divisors(n) for pp in _divisors(n // tp)
-            if model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0
-            and pp <= model.num_layers]  # fmt: skip
-    grid = np.array(rows, dtype=float).reshape(-1, 3)
+    candidates = {"tensor_parallel": _divisors(n), "pipeline_parallel": _divisors(n),
+                  "data_parallel": None, "context_parallel": (1,),
+                  "expert_parallel": (scenario.mapping.expert_parallel,),
+                  "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
+    valid = valid_mappings(n, model, scenario.workload.global_batch_size, candidates,
+                           serving=True)  # fmt: skip
+    degrees = [STRUCTURAL.index(d) for d in ("tensor_parallel", "pipeline_parallel",
+                                             "data_parallel")]  # fmt: skip
+    grid = valid[:, degrees].astype(float).reshape(-1, 3)
     columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
                "data_parallel": grid[:, 2]}  # fmt: skip
     table = evaluate_table(scenario, columns, calibration=calibration)
@@ -138,7 +145,7 @@ def _best_serving_mappings(
         }
         for i in order
     ]  # fmt: skip
-    return {"num_valid": len(rows), "num_feasible": int(feasible.sum()), "mappings": out}
+    return {"num_valid": len(grid), "num_feasible": int(feasible.sum()), "mappings": out}
 
 
 def best_mappings(

@@ -250,14 +250,20 @@ def _serving(
     cost amortised over ``workload.amortization_years`` of continuous service."""
     if not result.extra:
         return {}
-    per_s = out["tokens_per_s"]
-    energy_per_token_J = out["system_power_W"] / per_s
-    usd = energy_per_token_J * 1e6 / 3.6e6 * workload.electricity_usd_per_kWh
     hardware = float(summary.get("device_cost_usd", 0.0)) * devices
-    if hardware > 0:
-        usd += hardware / (workload.amortization_years * 365.25 * 86400 * per_s) * 1e6
-    return {**dict(result.extra), "tokens_per_J": 1.0 / energy_per_token_J,
-            "usd_per_Mtoken": usd}  # fmt: skip
+    costs = _serving_costs(out["tokens_per_s"], out["system_power_W"], hardware, workload)
+    return {**dict(result.extra), **costs}
+
+
+def _serving_costs(
+    tokens_per_s: Any, system_power_W: Any, hardware_usd: Any, workload: Any
+) -> dict[str, Any]:
+    """Output tokens per joule and the dollars of a million output tokens (docs/model.md §D4):
+    electricity, plus the hardware's cost spread over its service life (floats or arrays)."""
+    energy_per_token_J = system_power_W / tokens_per_s
+    usd = energy_per_token_J * 1e6 / 3.6e6 * workload.electricity_usd_per_kWh
+    usd = usd + hardware_usd / (workload.amortization_years * 365.25 * 86400 * tokens_per_s) * 1e6
+    return {"tokens_per_J": 1.0 / energy_per_token_J, "usd_per_Mtoken": usd}
 
 
 def _framework_summary(scenario: Scenario) -> dict[str, Any]:
@@ -421,6 +427,10 @@ def _evaluate_table(
         cols[f"energy_ops_{name}_J"] = ops[name]
     for name, value in result.extra.items():  # a kind's own outputs (serving: ttft_s, ...)
         cols[name] = np.asarray(value, dtype=float)
+    if result.extra:  # serving: per joule and per dollar, as evaluate_one reports them
+        hardware = derived["device_cost_usd"] * scenario.system.num_devices if derived else 0.0
+        cols.update(_serving_costs(out["tokens_per_s"], out["system_power_W"], hardware,
+                                   scenario.workload))  # fmt: skip
     for name, value in result.breakdown_s.items():
         cols[f"breakdown_{name}_s"] = np.asarray(value, dtype=float)
     cols["sram_excess_B"] = _per_case(sram_excess_B(caps), n)

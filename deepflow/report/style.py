@@ -26,6 +26,7 @@ __all__ = [
 # Suffix -> unit as printed, longest first ("_Bps" before "_s", "_mm2" before "_2").
 _UNITS: tuple[tuple[str, str], ...] = (
     ("_per_s", "/s"),
+    ("_per_J", "/J"),
     ("_Bps", "B/s"),
     ("_mm2", "mm²"),
     ("_GiB", "GiB"),
@@ -51,6 +52,8 @@ _WORDS = {
     "io": "I/O",
     "comm": "comm.",
     "p2p": "P2P",
+    "ttft": "TTFT",
+    "tpot": "TPOT",
 }
 
 #: D3/Tableau-10: the same hex colours in plotly and matplotlib ("tab10").
@@ -109,8 +112,8 @@ def split_unit(name: str) -> tuple[str, str]:
     for suffix, unit in _UNITS:
         if name.endswith(suffix) and len(name) > len(suffix):
             stem = name[: -len(suffix)]
-            if suffix == "_per_s":
-                return stem, f"{humanize(stem)}/s"
+            if suffix.startswith("_per_"):
+                return stem, f"{humanize(stem)}{unit}"
             return stem, unit
     return name, ""
 
@@ -129,7 +132,7 @@ def axis_label(name: str, direction: str | None = None) -> str:
     'tokens/s'
     """
     stem, unit = split_unit(name)
-    if name.endswith("_per_s"):
+    if name.endswith(("_per_s", "_per_J")):
         text = unit
     else:
         text = humanize(stem) + (f" ({unit})" if unit else "")

@@ -221,11 +221,21 @@ def _name(value: Any) -> Any:
 
 
 def mapping_text(design: dict[str, Any]) -> str:
-    """``TP8 PP8 DP16 mb1 SP selective ZeRO-1``: the mapping, from the config or x_ columns."""
+    """``TP8 PP8 DP16 mb1 SP selective ZeRO-1``: the mapping, from the config or x_ columns;
+    a serving design's degrees and the requests offered to each replica (``TP4 DP2 64 req``).
+    """
     mapping = dict(_get(design, "config", "mapping") or {})
     for key, value in (design.get("x") or {}).items():
         if key.startswith("x_"):
             mapping.setdefault(key[2:], value)
+    if _get(design, "config", "workload", "kind") == "inference":
+        tags = (("tensor_parallel", "TP"), ("pipeline_parallel", "PP"),
+                ("data_parallel", "DP"), ("expert_parallel", "EP"))  # fmt: skip
+        degrees = [f"{tag}{mapping[key]}" for key, tag in tags
+                   if mapping.get(key) not in (None, 1) or tag == "TP"]  # fmt: skip
+        requests = (design.get("x") or {}).get("x_global_batch_size") or _get(
+            design, "config", "workload", "global_batch_size")  # fmt: skip
+        return " ".join(degrees + ([f"{requests} req"] if requests else []))
     parts = []
     for key, tag, always in (
         ("tensor_parallel", "TP", True),
@@ -296,6 +306,14 @@ def design_table(result: Result) -> tuple[list[str], list[list[str]]]:
         return out
 
     designs = result.designs
+    serving = any(_get(d, "config", "workload", "kind") == "inference" for d in designs)
+    for name, label, scale in (  # serving designs: their latencies and throughput first
+        ("tpot_s", "TPOT (ms)", 1e3),
+        ("ttft_s", "TTFT (s)", 1.0),
+        ("tokens_per_s", "tokens/s", 1.0),
+    ):
+        if serving and name not in objective_names:
+            columns.append((label, output(name, scale)))
     columns += [
         ("node / device", value(device_name)),
         (

@@ -20,6 +20,7 @@ from deepflow.config.calibration import (
 )
 from deepflow.config.loader import builtin_config_dir
 from deepflow.datasets.io import oracle_version
+from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import evaluate_one, evaluate_table
 from deepflow.oracle.workloads.transformer import ops
 from tests.conftest import REPO
@@ -79,3 +80,17 @@ def test_calibration_is_an_explicit_input(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert evaluate_one(scenario)["step_time_s"] == before  # the default is untouched
     table = evaluate_table(scenario, {}, calibration=slower)
     assert table["step_time_s"][0] == evaluate_one(scenario, calibration=slower)["step_time_s"]
+
+
+def test_a_frameworks_file_without_the_serving_entry_names_it(tmp_path: Path) -> None:
+    data = yaml.safe_load(calibration_path("frameworks").read_text())
+    assert data["tensorrt_llm_pytorch"]["host_us_per_request"] > 0
+    del data["tensorrt_llm_pytorch"]
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text(yaml.safe_dump(data))
+    calibration = calibration_from(
+        (frameworks, calibration_path("kernels"), calibration_path("network"))
+    )
+    message = r"frameworks.yaml: tensorrt_llm_pytorch must be a mapping; got null \(empty\)\."
+    with pytest.raises(ConfigError, match=message):
+        _ = calibration.serving

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from deepflow.config import load_scenario
+from deepflow.config import load_model, load_scenario
 from deepflow.config.mapping import RULES, STRUCTURAL, first_violation
+from deepflow.config.specs import TransformerSpec
 from deepflow.datasets.space import valid_mappings
 from deepflow.errors import ConfigError
 from deepflow.oracle.best_mapping import enumerate_mappings
@@ -54,3 +55,24 @@ def test_rules_are_vectorised_predicates() -> None:
     cols["virtual_pipeline_stages"] = np.array([3, 4])  # 2 × 4 = 8 divides 32
     oks = [np.asarray(rule.ok(cols, model)) for rule in RULES]  # type: ignore[arg-type]
     assert np.logical_and.reduce(oks).tolist() == [False, True]
+
+
+def test_serving_rules_replicate_kv_heads_everywhere() -> None:
+    from deepflow.config.mapping import SERVING_TP_RULE, rules_for
+
+    model = load_model("llama3-70b")  # 64 heads, 8 KV heads
+    assert isinstance(model, TransformerSpec)
+    assert rules_for(False) == RULES and rules_for(True)[0] is SERVING_TP_RULE
+    values = {"tensor_parallel": 16, "pipeline_parallel": 1, "data_parallel": 1,
+              "context_parallel": 1, "expert_parallel": 1, "micro_batch_size": 1,
+              "virtual_pipeline_stages": 1}  # fmt: skip
+    assert first_violation(values, model, serving=True) is None
+    assert first_violation(values, model)[0] == "tensor_parallel"  # type: ignore[index]
+    candidates = {"tensor_parallel": (8, 16, 32), "pipeline_parallel": (1,),
+                  "data_parallel": None, "context_parallel": (1,), "expert_parallel": (1,),
+                  "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
+    served = valid_mappings(32, model, 3, candidates, serving=True)  # type: ignore[arg-type]
+    trained = valid_mappings(32, model, 4, candidates)  # type: ignore[arg-type]
+    # training keeps tp 8 only (tp must divide the 8 KV heads; dp 4 divides the batch of 4);
+    # serving also replicates them at 16 and 32, and its 3 requests per replica divide nothing
+    assert sorted(served[:, 0].tolist()) == [8, 16, 32] and trained[:, 0].tolist() == [8]

@@ -19,7 +19,9 @@ from tests.conftest import REPO
 SPACES = REPO / "configs" / "spaces"
 
 
-@pytest.mark.parametrize("name", ["llm-pathfinding", "lstm-paper", "mapping-spec"])
+@pytest.mark.parametrize(
+    "name", ["llm-pathfinding", "lstm-paper", "mapping-spec", "inference-pathfinding"]
+)
 def test_default_spaces_load(name: str) -> None:
     space = load_space(SPACES / f"{name}.yaml")
     assert space.num_dims > 0
@@ -216,3 +218,55 @@ def test_fixed_shorthand_and_grid_levels(write_yaml: Callable[..., Path]) -> Non
             f"{file}: sampler grid has 3 points; --num-samples 4 asks for more.")):  # fmt: skip
         space.check_num_samples(4)
     assert np.array_equal(space.mapping_tables[(8, 0, 64)][0], [1, 1, 8, 1, 1, 2, 1])
+
+
+def test_the_serving_space_splits_its_devices_into_replicas_and_offers_them_requests() -> None:
+    space = load_space(SPACES / "inference-pathfinding.yaml")
+    assert space.base_is_serving and space.base.workload.model.name == "llama3-70b"
+    for (devices, _, _), table in space.mapping_tables.items():
+        tp, pp, dp, cp, ep, mb, vp = table.T
+        assert devices == 8 and (tp * pp * dp == 8).all()
+        assert (cp == 1).all() and (ep == 1).all() and (mb == 1).all() and (vp == 1).all()
+        # a serving batch is requests per replica: nothing needs to divide it
+        assert set(dp) == {1, 2, 4, 8}
+
+
+def test_a_serving_space_uses_the_serving_mapping_rules(write_yaml: Callable[..., Path]) -> None:
+    base = {"system": {"device": "h100-sxm5-80gb", "network": "dgx-h100",
+                       "devices_per_node": 8, "num_nodes": 2},
+            "workload": {"kind": "inference", "model": "llama3-70b", "global_batch_size": 7},
+            "mapping": {"tensor_parallel": 8, "data_parallel": 2}}  # fmt: skip
+    variables = {"tensor_parallel": {"type": "categorical", "choices": [8, 16]}}
+    file = write_yaml({"base": base, "variables": variables}, name="s.yaml")
+    (table,) = load_space(file).mapping_tables.values()
+    # TP 16 replicates the 8 KV heads; DP 2 need not divide the 7 requests of each replica
+    assert sorted(map(tuple, table[:, :3].tolist())) == [(8, 1, 2), (16, 1, 1)]
+
+
+def test_a_serving_space_rejects_what_the_serving_model_does_not_read(
+    write_yaml: Callable[..., Path],
+) -> None:
+    file = write_yaml({"base": "llama3-70b-serving-h100",
+                       "variables": {"zero_stage": {"type": "integer", "low": 0, "high": 1}}},
+                      name="space.yaml")  # fmt: skip
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{file}: variables.zero_stage is not read by the serving model (workload.kind: "
+            "inference varies tensor_parallel, pipeline_parallel, data_parallel, "
+            "expert_parallel).")):  # fmt: skip
+        load_space(file)
+
+
+def test_serving_space_rows_equal_one_evaluation_each() -> None:
+    from deepflow.datasets.label import label_points, point_scenarios
+    from deepflow.oracle.evaluate import evaluate_one
+
+    space = load_space("inference-pathfinding")
+    u = np.random.default_rng(3).random((16, space.num_dims))
+    rows = label_points(space, u, oracle_version="").to_pandas()
+    for i, scenario in enumerate(point_scenarios(space, u)):
+        one = evaluate_one(scenario)
+        for name in ("tpot_s", "ttft_s", "tokens_per_s", "tokens_per_J", "usd_per_Mtoken",
+                     "active_batch"):  # fmt: skip
+            assert rows[f"y_{name}"][i] == one[name], (name, i)
+        assert rows["y_area_mm2"][i] == one["device"]["area_mm2"]
+        assert bool(rows["feasible"][i]) == one["feasible"]

@@ -8,35 +8,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deepflow.config import load_scenario, scenario_from_mapping
+from deepflow.config import load_device, load_scenario, scenario_from_mapping
+from deepflow.config.calibration import current_calibration
 from deepflow.config.specs import Scenario
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import evaluate_one, evaluate_table
+from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads import workload_for
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 
 
-def serving(**workload: object) -> Scenario:
+def serving(model: str = "llama3-8b", mapping: dict | None = None, devices: int = 1,
+            **workload: object) -> Scenario:  # fmt: skip
     """Llama 3 8B in bf16 on one H100 (no communication): the memory-bound baseline."""
     raw = {
-        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 1},
-        "workload": {"kind": "inference", "model": "llama3-8b", "precision": "bf16",
+        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100",
+                   "devices_per_node": min(devices, 8), "num_nodes": max(devices // 8, 1)},
+        "workload": {"kind": "inference", "model": model, "precision": "bf16",
                      "global_batch_size": 8, "input_tokens": 1024, "output_tokens": 128,
                      **workload},
-        "mapping": {},
+        "mapping": mapping or {},
     }  # fmt: skip
     return scenario_from_mapping(raw, file="<serving>")
-
-
-def serving_model(model: str) -> Scenario:
-    s = serving()
-    raw = {
-        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 1},
-        "workload": {"kind": "inference", "model": model, "global_batch_size": 1},
-        "mapping": {},
-    }
-    return dataclasses.replace(s, workload=scenario_from_mapping(raw).workload)
 
 
 def with_bandwidth(s: Scenario, factor: float) -> Scenario:
@@ -46,67 +40,205 @@ def with_bandwidth(s: Scenario, factor: float) -> Scenario:
     return dataclasses.replace(s, system=dataclasses.replace(s.system, device=device))
 
 
-def test_the_contract_keys_and_a_request_adds_up() -> None:
-    r = evaluate_one(serving())
-    assert r["step_time_s"] == pytest.approx(r["ttft_s"] + 128 * r["tpot_s"], rel=1e-12)
+@pytest.mark.parametrize("batching", ["continuous", "static"])
+def test_the_contract_keys_and_a_request_adds_up(batching: str) -> None:
+    r = evaluate_one(serving(batching=batching))
+    # a request's first token comes from the iteration carrying its prompt, the other 127
+    # from the decode iterations that follow
+    assert r["step_time_s"] == pytest.approx(r["ttft_s"] + 127 * r["tpot_s"], rel=1e-12)
     assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-12)
     assert r["tokens_per_s"] == pytest.approx(8 * 128 / r["step_time_s"], rel=1e-12)
     assert sum(r["memory_breakdown_B"].values()) == pytest.approx(r["memory_per_device_B"])
     assert r["tokens_per_J"] > 0 and r["usd_per_Mtoken"] > 0 and r["feasible"]
+    assert r["queue_wait_s"] == 0 and r["request_latency_s"] == r["step_time_s"]
 
 
-def test_decode_time_grows_with_context_and_batch_as_the_kv_cache_does() -> None:
-    tpot = [evaluate_one(serving(input_tokens=n))["tpot_s"] for n in (512, 2048, 8192)]
-    assert tpot[0] < tpot[1] < tpot[2]
-    batches = [evaluate_one(serving(global_batch_size=b))["tpot_s"] for b in (1, 16, 64)]
-    assert batches[0] < batches[1] < batches[2]
+def test_decode_time_grows_with_context_and_batch_as_the_kv_cache_bytes_do() -> None:
+    caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
+    bandwidth = caps.hbm_efficiency * caps.hbm_bandwidth_Bps
+    per_token_B = 2 * 32 * 8 * 128 * 2  # K and V of 32 layers, 8 KV heads of 128, bf16
+    # one request: every iteration after its prompt's is a pure decode step at the mean context
+    tpot = {n: evaluate_one(serving(input_tokens=n, global_batch_size=1))["tpot_s"]
+            for n in (512, 2048, 8192)}  # fmt: skip
+    assert tpot[512] < tpot[2048] < tpot[8192]
+    # the step grows by exactly the extra KV-cache bytes read at the HBM's streaming rate
+    for lo, hi in ((512, 2048), (2048, 8192)):
+        assert tpot[hi] - tpot[lo] == pytest.approx((hi - lo) * per_token_B / bandwidth, rel=1e-9)
+    # at a fixed context the KV reads grow with the batch: the decode attention is linear in it
+    attention = {}
+    for b in (1, 16, 64):
+        r = evaluate_one(serving(global_batch_size=b, batching="static"))
+        attention[b] = r["breakdown_s"]["decode_attention"]
+        assert r["active_batch"] == b
+    launch = 32 * 127 * caps.kernel_launch_s
+    assert (attention[64] - launch) == pytest.approx(64 * (attention[1] - launch), rel=1e-9)
+    tpots = [evaluate_one(serving(global_batch_size=b))["tpot_s"] for b in (1, 16, 64)]
+    assert tpots[0] < tpots[1] < tpots[2]
 
 
 def test_hbm_bandwidth_speeds_memory_bound_decode_not_compute_bound_prefill() -> None:
     base, fast = serving(global_batch_size=1), with_bandwidth(serving(global_batch_size=1), 2.0)
     slow_r, fast_r = evaluate_one(base), evaluate_one(fast)
+    # the kernel launches (≈ 0.9 ms of 6 ms a token here) do not speed up
     assert 1.7 < slow_r["tpot_s"] / fast_r["tpot_s"] <= 2.0
-    prefill = serving(global_batch_size=16, input_tokens=4096)
+    prefill = serving(global_batch_size=16, input_tokens=4096, batching="static")
     assert (
-        evaluate_one(prefill)["ttft_s"] / evaluate_one(with_bandwidth(prefill, 2.0))["ttft_s"]
-        < 1.15
+        evaluate_one(prefill)["ttft_s"] / evaluate_one(with_bandwidth(prefill, 2.0))["ttft_s"] < 1.1
     )
 
 
-def test_the_kv_cache_bounds_concurrency() -> None:
+def test_the_kv_cache_bounds_concurrency_and_the_rest_waits() -> None:
     r = evaluate_one(serving())
     cap = int(r["max_concurrency"])
     fits, over = (
         evaluate_one(serving(global_batch_size=cap)),
-        evaluate_one(serving(global_batch_size=cap + 100)),
+        evaluate_one(serving(global_batch_size=2 * cap)),
     )
-    # continuous batching runs what the KV cache holds; the rest waits
+    # continuous batching runs what the KV cache holds; the rest waits for a slot
     assert fits["active_batch"] == over["active_batch"] == cap
     assert over["tokens_per_s"] == fits["tokens_per_s"] and over["feasible"]
     assert fits["memory_per_device_B"] <= fits["memory_capacity_B"]
+    one_more = evaluate_one(serving(global_batch_size=cap + 1))
+    assert one_more["memory_per_device_B"] == fits["memory_per_device_B"]
+    # a closed loop of 2·cap requests on cap slots: each waits one slot's cycle (Little's law)
+    assert over["queue_wait_s"] == pytest.approx(fits["step_time_s"], rel=1e-12)
+    assert over["ttft_s"] == pytest.approx(fits["ttft_s"] + fits["step_time_s"], rel=1e-12)
+    assert over["request_latency_s"] == pytest.approx(2 * fits["step_time_s"], rel=1e-12)
     # weights that do not fit leave nothing to batch: infeasible
-    huge = evaluate_one(serving_model("llama3-405b"))
+    huge = evaluate_one(serving(model="llama3-405b", global_batch_size=1))
     assert huge["max_concurrency"] == 0 and not huge["feasible"]
     assert "memory_excess_B" in huge["violated_constraints"]
     fp8 = evaluate_one(serving(kv_cache_precision="fp8"))
     kv = "kv_cache"
     assert fp8["memory_breakdown_B"][kv] == pytest.approx(r["memory_breakdown_B"][kv] / 2)
-    assert fp8["max_concurrency"] > 1.3 * r["max_concurrency"]  # prefill transients stay
+    assert fp8["max_concurrency"] > 1.9 * r["max_concurrency"]
+
+
+def test_the_schedulers_caps_bound_the_running_batch() -> None:
+    assert evaluate_one(serving(global_batch_size=64, max_batch_size=16))["active_batch"] == 16
+    # a token budget T holds B·(1 + s_in/s_out) tokens at steady state: 2304 / (1 + 8) = 256
+    capped = evaluate_one(serving(global_batch_size=4096, max_num_tokens=2304))
+    assert capped["active_batch"] == 256 < capped["max_concurrency"]
+    # fewer requests than s_out: an iteration carries one whole prompt, B + s_in <= T
+    long = evaluate_one(serving(global_batch_size=4096, output_tokens=2048, max_num_tokens=1100))
+    assert long["active_batch"] == 1100 - 1024
+
+
+def test_continuous_batching_joins_prompts_to_running_decodes() -> None:
+    cont, static = (evaluate_one(serving(global_batch_size=64, batching=b))
+                    for b in ("continuous", "static"))  # fmt: skip
+    # a request waits for its own prompt only, not for a whole static batch's
+    assert cont["ttft_s"] < static["ttft_s"] / 8
+    # and the decodes share the prompts' weight reads: more tokens per second
+    assert cont["tokens_per_s"] > static["tokens_per_s"]
+    # one request: both run the same prefill and the same decode steps
+    one = [evaluate_one(serving(global_batch_size=1, batching=b)) for b in ("continuous",
+                                                                           "static")]  # fmt: skip
+    assert one[0]["ttft_s"] == pytest.approx(one[1]["ttft_s"], rel=1e-12)
+    assert one[0]["tpot_s"] == pytest.approx(one[1]["tpot_s"], rel=1e-12)
+
+
+def test_cuda_graph_padding_runs_decode_at_the_next_power_of_two() -> None:
+    base = {"global_batch_size": 100, "output_tokens": 2048, "batching": "static"}
+    padded = evaluate_one(serving(**base, cuda_graph_padding=True))
+    plain = evaluate_one(serving(**base))
+    as_128 = evaluate_one(serving(**{**base, "global_batch_size": 128}))
+    assert padded["breakdown_s"]["decode_gemm"] == as_128["breakdown_s"]["decode_gemm"]
+    assert padded["breakdown_s"]["decode_gemm"] > plain["breakdown_s"]["decode_gemm"]
+    assert padded["breakdown_s"]["decode_attention"] == plain["breakdown_s"]["decode_attention"]
+
+
+def test_tensor_parallel_beyond_the_kv_heads_replicates_them() -> None:
+    # Llama 3 70B has 8 KV heads: at TP 16 each rank keeps one (two ranks per head)
+    runs = {tp: evaluate_one(serving(model="llama3-70b", devices=tp,
+                                     mapping={"tensor_parallel": tp}))
+            for tp in (8, 16)}  # fmt: skip
+    assert runs[16]["memory_breakdown_B"]["kv_cache"] == runs[8]["memory_breakdown_B"]["kv_cache"]
+    assert runs[16]["memory_breakdown_B"]["weights"] < runs[8]["memory_breakdown_B"]["weights"]
+    training = {
+        "system": {
+            "device": "h100-sxm5-80gb",
+            "network": "dgx-h100",
+            "devices_per_node": 8,
+            "num_nodes": 2,
+        },
+        "workload": {"model": "llama3-70b", "global_batch_size": 16},
+        "mapping": {"tensor_parallel": 16},
+    }
+    with pytest.raises(ConfigError, match=r"mapping.tensor_parallel \(16\) must divide the "
+                                          r"model's num_attention_heads \(64\) and num_kv_heads "
+                                          r"\(8\)\."):  # fmt: skip
+        scenario_from_mapping(training, file="<t>")
+    with pytest.raises(ConfigError, match=r"mapping.tensor_parallel \(3\) must divide the "
+                                          r"model's num_attention_heads \(64\), and divide or be "
+                                          r"a multiple of its num_kv_heads \(8\)\."):  # fmt: skip
+        serving(model="llama3-70b", devices=3, mapping={"tensor_parallel": 3})
+
+
+def test_a_head_wider_than_hidden_over_heads_is_serving_only() -> None:
+    qwen = evaluate_one(serving(model="qwen3-235b-a22b", devices=8,
+                                mapping={"data_parallel": 8, "expert_parallel": 8},
+                                precision="fp8", kv_cache_precision="fp8"))  # fmt: skip
+    assert qwen["feasible"] and qwen["tpot_s"] > 0
+    training = {
+        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8},
+        "workload": {"model": "qwen3-235b-a22b", "global_batch_size": 8},
+        "mapping": {"data_parallel": 8, "expert_parallel": 8},
+    }
+    message = (r"workload.model.head_dim \(128\) × num_attention_heads \(64\) must equal "
+               r"hidden_size \(4096\) for training; a wider head is modelled for serving only "
+               r"\(workload.kind: inference\)\.")  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        scenario_from_mapping(training, file="<t>")
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_use() -> None:
+    # Mixtral 8x7B: one request picks 2 of 8 experts a layer; 64 requests use nearly all 8
+    one = evaluate_one(serving(model="mixtral-8x7b", global_batch_size=1, batching="static"))
+    many = evaluate_one(serving(model="mixtral-8x7b", global_batch_size=64, batching="static"))
+    weights = one["memory_breakdown_B"]["weights"]
+    caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
+    read_all = weights / (caps.hbm_efficiency * caps.hbm_bandwidth_Bps)
+    steps = 127
+    assert one["breakdown_s"]["decode_gemm"] / steps < 0.5 * read_all
+    assert many["breakdown_s"]["decode_gemm"] / steps > 0.95 * read_all
+
+
+def test_pipeline_stages_keep_micro_batches_in_flight() -> None:
+    pp = evaluate_one(serving(model="llama3-70b", devices=4, global_batch_size=64,
+                              mapping={"pipeline_parallel": 4}))  # fmt: skip
+    tp = evaluate_one(serving(model="llama3-70b", devices=4, global_batch_size=64,
+                              mapping={"tensor_parallel": 4}))  # fmt: skip
+    assert pp["feasible"] and tp["feasible"]
+    # four micro-batches of 16 on four stages: as fast per token as TP within a factor 2
+    assert 0.5 < pp["tokens_per_s"] / tp["tokens_per_s"] < 2.0
 
 
 def test_batch_equals_loop_of_singles() -> None:
     s = load_scenario(SCENARIOS / "llama3-70b-serving-h100.yaml")
-    batches, prompts = [1, 8, 64, 256], [128, 2048, 2048, 4096]
-    table = evaluate_table(s, {"global_batch_size": np.array(batches, dtype=float),
-                               "input_tokens": np.array(prompts, dtype=float)})  # fmt: skip
-    for i, (b, n) in enumerate(zip(batches, prompts, strict=True)):
+    columns = {
+        "global_batch_size": [1, 8, 64, 256, 3000],
+        "input_tokens": [128, 2048, 2048, 4096, 128],
+        "output_tokens": [128, 1, 256, 2048, 128],
+        "static_batching": [0, 1, 0, 1, 0],
+        "max_num_tokens": [0, 0, 8192, 0, 0],
+        "cuda_graph_padding": [1, 0, 1, 0, 0],
+        "max_batch_size": [0, 0, 0, 0, 1024],
+    }
+    table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
+    keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
+            "output_tokens": "output_tokens", "max_num_tokens": "max_num_tokens",
+            "max_batch_size": "max_batch_size"}  # fmt: skip
+    for i in range(5):
+        changes = {keys[k]: int(v[i]) for k, v in columns.items() if k in keys}
+        changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
+        changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
         one = evaluate_one(
-            dataclasses.replace(
-                s, workload=dataclasses.replace(s.workload, global_batch_size=b, input_tokens=n)
-            )
+            dataclasses.replace(s, workload=dataclasses.replace(s.workload, **changes))
         )
-        for key in ("step_time_s", "ttft_s", "tpot_s", "max_concurrency", "memory_per_device_B"):
-            assert table[key][i] == one[key], key
+        for key in ("step_time_s", "ttft_s", "tpot_s", "queue_wait_s", "max_concurrency",
+                    "active_batch", "memory_per_device_B", "system_power_W"):  # fmt: skip
+            assert table[key][i] == one[key], (key, i)
         assert bool(table["feasible"][i]) == one["feasible"]
 
 
@@ -123,3 +255,44 @@ def test_serving_a_model_kind_without_a_serving_model_is_a_clear_error() -> None
     with pytest.raises(ConfigError, match=r"no serving model for 'lstm' models \(serving is "
                                           r"modelled for: transformer\)\."):  # fmt: skip
         workload_for(lstm, "inference")
+
+
+def test_an_unknown_batching_mode_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"workload.batching must be one of: continuous, "
+                                          r"static; got 'dynamic'\."):  # fmt: skip
+        serving(batching="dynamic")
+
+
+def test_best_mapping_ranks_every_serving_split_by_tokens_per_second() -> None:
+    from deepflow.oracle.best_mapping import best_mappings
+
+    s = serving(
+        model="llama3-70b",
+        devices=16,
+        global_batch_size=64,
+        mapping={"tensor_parallel": 8, "data_parallel": 2},
+    )
+    result = best_mappings(s, top=50)
+    splits = {(m["mapping"]["tensor_parallel"], m["mapping"]["pipeline_parallel"],
+               m["mapping"]["data_parallel"]) for m in result["mappings"]}  # fmt: skip
+    # TP 16 replicates the 8 KV heads; every split multiplies to the 16 devices
+    assert (16, 1, 1) in splits and all(t * p * d == 16 for t, p, d in splits)
+    assert result["num_valid"] == 15  # tp in 1..16 dividing 64 heads x pp dividing the rest
+    rates = [m["tokens_per_s"] for m in result["mappings"]]
+    assert rates == sorted(rates, reverse=True)
+    one = evaluate_one(dataclasses.replace(s, mapping=dataclasses.replace(
+        s.mapping, tensor_parallel=16, data_parallel=1)))  # fmt: skip
+    (best16,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 16]
+    assert best16["tokens_per_s"] == one["tokens_per_s"]
+
+
+def test_the_framework_host_time_bounds_each_iteration() -> None:
+    base = evaluate_one(serving(global_batch_size=256))
+    assert base["breakdown_s"]["decode_host"] == base["breakdown_s"]["prefill_host"] == 0
+    # 256 running requests at 400 µs each: 102 ms an iteration, more than the GPU's ≈ 20 ms
+    slow = evaluate_one(serving(global_batch_size=256, host_us_per_request=400))
+    assert slow["tpot_s"] == pytest.approx(256 * 400e-6, rel=1e-9)
+    assert slow["tokens_per_s"] == pytest.approx(1 / 400e-6, rel=0.02)
+    # a host time within the GPU's hides behind it (the overlap scheduler)
+    hidden = evaluate_one(serving(global_batch_size=256, host_us_per_request=1))
+    assert hidden["step_time_s"] == base["step_time_s"]

@@ -147,3 +147,29 @@ def test_storage_holding_other_settings_leaves_no_folder(study: Path, tmp_path: 
     assert result.exit_code == 2
     assert "study 'small' was run with different settings (strategy)" in result.output
     assert not out.exists()
+
+
+def test_a_serving_study_runs_end_to_end_with_verified_designs(
+    write_yaml: Callable[..., Path], tmp_path: Path
+) -> None:
+    # the default inference study's space and objectives, on a small budget
+    study = write_yaml({
+        "name": "serving",
+        "space": str(REPO / "configs" / "spaces" / "inference-pathfinding.yaml"),
+        "objectives": [{"name": "tokens_per_J", "direction": "maximize", "scale": "log"},
+                       "area_mm2"],
+        "constraints": [{"name": "tpot_s", "max": 0.05}, {"name": "ttft_s", "max": 2.0}],
+        "search": {"strategy": "surrogate", "budget": 12, "batch_size": 4, "initial_points": 8},
+        "surrogate": {"model": "gbt", "num_samples": 256, "inner_budget": 50, "pool_size": 500},
+    }, "serving.yaml")  # fmt: skip
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(study), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "TPOT (ms)" in result.output and (out / "report.html").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verification_max_relative_difference"] < 1e-9
+    pareto = json.loads((out / "pareto.json").read_text())
+    assert pareto["designs"]
+    for design in pareto["designs"]:
+        assert design["config"]["workload"]["kind"] == "inference"
+        assert design["outputs"]["tpot_s"] <= 0.05 and design["outputs"]["ttft_s"] <= 2.0

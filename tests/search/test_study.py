@@ -90,3 +90,11 @@ def test_bad_study_messages(write_yaml: Callable[..., Path], data: dict[str, Any
     with pytest.raises(ConfigError) as err:
         load_study(path)
     assert str(err.value).startswith(message.format(f=path))
+
+
+def test_inference_study_loads() -> None:
+    study = load_study("inference")
+    assert [(o.name, o.direction) for o in study.objectives] == [
+        ("tokens_per_J", "maximize"), ("area_mm2", "minimize")]  # fmt: skip
+    assert [(b.name, b.max) for b in study.bounds] == [("tpot_s", 0.05), ("ttft_s", 2.0)]
+    assert study.space.base_is_serving and study.search.budget == 96

@@ -1,32 +1,34 @@
 """LLM serving: prefill (time to first token), decode (time per output token), throughput,
-memory and cost of a batch of requests on a model replica of tp × pp devices. Vectorised.
+memory and cost of requests served by a model replica of tp × pp devices. Vectorised.
 
 A request brings ``input_tokens`` of prompt and asks for ``output_tokens``; ``global_batch_size``
-requests run together on each of the ``data_parallel`` replicas (the decode batch of continuous
-batching at steady state). The formulas (docs/model.md part D) reuse the training model's
-shapes and kernels (:mod:`deepflow.oracle.workloads.transformer`):
+requests are offered to each of the ``data_parallel`` replicas (a closed loop's concurrency, or
+an offline run's queue). The server runs what its KV cache and its scheduler's caps admit
+(``max_concurrency``, ``active_batch``) and queues the rest. The formulas (docs/model.md part D)
+reuse the training model's kernels and collectives:
 
-* prefill: the layers' GEMMs over the batch's prompt tokens, causal attention over the prompt,
-  two tensor-parallel all-reduces per layer, the pipeline's stage-to-stage sends, and the
-  output layer for the last token of each prompt → ``ttft_s``;
-* decode: per generated token, the same GEMMs with one token per request (weight reads
-  dominate), attention over the KV cache at the mean context (prompt + half the output:
-  decode time is linear in the context), small-message all-reduces whose latency dominates,
-  the output layer → ``tpot_s``;
-* one request: ``ttft_s + output_tokens × tpot_s`` (``step_time_s``); the system serves
-  ``data_parallel × batch × output_tokens`` output tokens in that time (``tokens_per_s``);
-* memory per device: the weights of its stage and tensor shard, the KV cache of the batch at
-  full context, the prefill's transient activations, and the framework reserves of training
-  (``configs/calibration/frameworks.yaml``, ``memory``) → ``max_concurrency`` (requests a
-  replica holds); a batch beyond it waits (continuous batching: ``active_batch`` runs), so
-  only weights that do not fit make a case infeasible.
+* an *iteration* is one forward pass of the running requests: their decode tokens, each
+  attending to its KV cache, plus the prompt tokens the scheduler adds; the layers' GEMMs run
+  once over all of them (one read of the weights), at the roofline of a stream-K kernel;
+* **continuous batching** (vLLM, TensorRT-LLM's in-flight batching; the default): at steady
+  state B running requests finish B / s_out requests per iteration, so that many prompts join
+  each iteration (one every s_out / B iterations when fewer); a request's first token comes
+  from the iteration that carries its prompt (``ttft_s``), the rest from the iterations it then
+  shares with the others' decodes and prompts (``tpot_s``);
+* **static batching**: the batch's prompts run together, then s_out − 1 decode iterations;
+* a closed loop that offers more requests than run waits for a slot (``queue_wait_s``, in
+  ``ttft_s``): N requests in a closed system of B slots each taking the cycle C wait
+  C·(N/B − 1) (Little's law);
+* memory per device: the weights of its stage and shard, the KV cache of the running requests
+  at full context, one iteration's activations and logits, and the framework reserves
+  (``configs/calibration/frameworks.yaml``, ``memory``); only weights that leave room for no
+  request make a case infeasible.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,51 +40,191 @@ from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.base import StepResult, Workload
 from deepflow.oracle.workloads.transformer.columns import transformer_values
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
-from deepflow.oracle.workloads.transformer.shapes import params_per_layer
 
-__all__ = ["INFERENCE_COLUMNS", "InferenceWorkload", "inference_step"]
+__all__ = ["INFERENCE_COLUMNS", "SERVING_OUTPUTS", "InferenceWorkload", "inference_step"]
 
 F = NDArray[np.float64]
 
 #: The input columns of a serving case: the model's shape, the requests, the KV cache's bytes
-#: per element and the mapping's degrees.
+#: per element, the scheduler and the mapping's degrees.
 INFERENCE_COLUMNS = (
-    "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
-    "swiglu", "vocab_size", "num_experts", "experts_per_token", "input_tokens",
-    "output_tokens", "global_batch_size", "kv_cache_bytes", "tensor_parallel",
-    "pipeline_parallel", "data_parallel", "expert_parallel",
+    "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+    "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
+    "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
+    "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
+    "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
 )  # fmt: skip
+#: A serving evaluation's own outputs (docs/model.md part D).
+SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
+                   "active_batch")  # fmt: skip
 #: FlashAttention's KV tile: the causal prefill executes (1 + w/s)/2 of the square (§C1.1).
 _FLASH_KV_TILE = 128.0
+#: Logits are upcast to fp32 for sampling (vLLM v1 Sampler: ``logits.to(torch.float32)``;
+#: TensorRT-LLM's sampler keeps float logits): bytes per vocabulary entry of an emitting token.
+_LOGIT_BYTES = 4.0
 
 
-def _active_batch(
-    caps: DeviceCaps, x: Mapping[str, Any], cal: MemoryCalibration, layers: Any, p_act: float
-) -> tuple[Any, Any]:
-    """The KV-cache capacity in requests and the active batch: continuous batching holds what
-    the cache fits and queues the rest (docs/model.md Part D)."""
-    memory, per_request = _memory(caps, x, cal, layers, p_act)
-    # total = (weights + workspace + B·per_request)·(1 + fragmentation) + context + NCCL
-    fixed = (memory["weights"] + memory["workspace"]) * (1 + cal.fragmentation) + (
-        memory["cuda_context"] + memory["nccl_buffers"]
-    )
-    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
-    capacity = np.floor(np.maximum(free, 0.0) / per_request)
-    batch = np.where(capacity >= 1, np.minimum(x["global_batch_size"], capacity),
-                     x["global_batch_size"])  # fmt: skip
-    return capacity, batch
+class _Shape(NamedTuple):
+    """A replica's model shape and degrees (arrays of n), per device where it says so."""
+
+    layers: F  # layers per pipeline stage
+    h: F
+    d_h: F  # head width
+    q: F  # query heads per tensor-parallel rank
+    kv: F  # KV heads per rank: a KV head is replicated when tp exceeds the KV heads
+    ffn: F
+    mats: F  # MLP matrices: 2 (GeLU) or 3 (SwiGLU)
+    vocab: F
+    experts: F
+    topk: F
+    moe: NDArray[np.bool_]
+    tp: F
+    pp: F
+    dp: F
+    ep: F
+    p_act: float  # activations and messages stay 16-bit (§C6.4)
 
 
-def _streamed_gemm(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any = 1.0) -> Any:
-    """A decode GEMM of a few rows: GEMV / split-K kernels (TensorRT-LLM's, cuBLASLt's
-    stream-K) spread the weight over every SM, so it runs at the roofline of its bytes and
-    FLOPs rather than on a handful of output tiles (docs/model.md §D1)."""
-    nbytes = batch * (m * k + k * n + m * n) * caps.bytes_per_element
-    flops = 2 * batch * m * n * k
-    return np.maximum(flops / (caps.peak_flops * caps.gemm_efficiency),
+def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
+    h, a, tp = x["hidden_size"], x["num_attention_heads"], x["tensor_parallel"]
+    d_h = np.where(x["head_dim"] > 0, x["head_dim"], h / a)
+    return _Shape(
+        layers=np.ceil(x["num_layers"] / x["pipeline_parallel"]), h=h, d_h=d_h, q=a / tp,
+        # TensorRT-LLM bench/build/tuning.py: adjusted_num_kv_heads = max(tp, kv)
+        kv=np.maximum(x["num_kv_heads"] / tp, 1.0), ffn=x["ffn_hidden_size"],
+        mats=2.0 + x["swiglu"], vocab=x["vocab_size"], experts=x["num_experts"],
+        topk=x["experts_per_token"], moe=x["num_experts"] > 1, tp=tp,
+        pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"],
+        p_act=max(caps.bytes_per_element, 2.0),
+    )  # fmt: skip
+
+
+def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
+          weights: Any = None) -> Any:  # fmt: skip
+    """A serving GEMM (``batch`` of them, ``weights`` elements of B read; default all):
+    stream-K / split-K kernels (cuBLASLt, TensorRT-LLM's) spread the MAC loop over every SM,
+    so it runs at the roofline of its bytes and FLOPs, with the rows padded to the MMA tile
+    (Hopper wgmma m64, Blackwell tcgen05 m128: ``warp_tile_m``) and the matrix units at the
+    family's sustained rate (docs/model.md §D1)."""
+    rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
+    read = batch * k * n if weights is None else weights
+    nbytes = (read + batch * m * k) * caps.bytes_per_element + batch * m * n * s.p_act
+    flops = 2 * batch * rows * n * k
+    return np.maximum(flops / _matrix_rate(caps),
                       nbytes / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)) + (
         caps.kernel_launch_s
     )  # fmt: skip
+
+
+def _matrix_rate(caps: DeviceCaps) -> Any:
+    """GEMM FLOP/s a serving job sustains: the best-shape rate of the matrix microbenchmarks
+    (``gemm_efficiency``) at the clocks a device holds through a whole job under its power
+    limit (the family's ``training_sustained_fraction``, fitted on training runs and not
+    refitted on serving ones; docs/model.md §C6.1, §D1)."""
+    return caps.peak_flops * caps.gemm_efficiency * caps.training_sustained_fraction
+
+
+def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
+    """The GEMMs of one layer over ``tokens`` rows on one device (TP shards; MoE experts
+    sharded over the EP group, each reading only the experts its tokens are routed to)."""
+    qkv = _gemm(caps, s, tokens, (s.q + 2 * s.kv) * s.d_h, s.h)
+    proj = _gemm(caps, s, tokens, s.h, s.q * s.d_h)
+    up = (s.mats - 1) * s.ffn / s.tp
+    dense = _gemm(caps, s, tokens, up, s.h) + _gemm(caps, s, tokens, s.h, s.ffn / s.tp)
+    # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here; under
+    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep)
+    local = np.maximum(s.experts / s.ep, 1.0)
+    per_expert = tokens * s.topk * s.ep / np.maximum(s.experts, 1.0)
+    used = local * -np.expm1(tokens * s.ep * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
+    experts = _gemm(caps, s, per_expert, up, s.h, local, used * up * s.h) + _gemm(
+        caps, s, per_expert, s.h, s.ffn / s.tp, local, used * s.ffn / s.tp * s.h
+    )
+    router = _gemm(caps, s, tokens, s.experts, s.h)
+    return qkv + proj + np.where(s.moe, router + experts, dense)
+
+
+def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, context: Any,
+               prompt_tokens: Any) -> Any:  # fmt: skip
+    """One layer's attention kernels: decode tokens over their KV cache (``context`` tokens
+    each: bytes dominate), prompt tokens causally over their prompt (FLOPs dominate)."""
+    rate = (
+        caps.peak_flops
+        / _slow16(caps)
+        * caps.attention_efficiency
+        * caps.training_sustained_fraction
+    )  # as training's attention (§C6.2)
+    bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
+    kv_bytes = 2 * decode * context * s.kv * s.d_h * x["kv_cache_bytes"]
+    dec = np.maximum(4 * decode * context * s.q * s.d_h / rate, kv_bytes / bandwidth)
+    s_in = x["input_tokens"]
+    causal = (1 + _FLASH_KV_TILE / s_in) / 2
+    io = 2 * prompt_tokens * (s.q + 2 * s.kv) * s.d_h * s.p_act  # Q, K, V in; O out
+    pre = np.maximum(4 * prompt_tokens * s_in * causal * s.q * s.d_h / rate, io / bandwidth)
+    launch = caps.kernel_launch_s
+    return np.where(decode > 0, dec + launch, 0.0) + np.where(prompt_tokens > 0, pre + launch,
+                                                              0.0)  # fmt: skip
+
+
+def _iteration(
+    caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], decode: Any, context: Any,
+    prompt_tokens: Any, prompts: Any, gemm_tokens: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """One iteration of one micro-batch through the pp stages, by part: ``decode`` tokens at
+    ``context`` plus ``prompt_tokens`` of ``prompts`` prompts (``gemm_tokens`` rows in the
+    GEMMs: the tokens, or a CUDA graph's padded batch)."""
+    tokens = decode + prompt_tokens
+    expert_tokens = tokens * np.where(s.moe, s.topk, 1.0)
+    # two fused residual-add + norm kernels (read x and the residual, write both: 8 hidden
+    # vectors a token), rotary on Q and K, the gated activation (read 2F, write F); MoE
+    # routing copies each token to its k experts' rows and sums them back (TensorRT-LLM's
+    # expandInputRows and finalizeMoeRouting kernels: read h, write k·h; read k·h, write h)
+    rotary = 2 * tokens * (s.q + s.kv) * s.d_h
+    routing = np.where(s.moe, 2 * (s.topk + 1) * tokens * s.h, 0.0)
+    elementwise = o.mem((8 * gemm_tokens * s.h + rotary + 3 * expert_tokens * s.ffn / s.tp
+                         + routing) * s.p_act, 0.0, np.where(s.moe, 6, 4))  # fmt: skip
+    comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0) + np.where(
+        s.moe, 2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act, s.ep, s.tp), 0.0
+    )
+    stages = s.pp * s.layers
+    send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
+    # the output layer for every token that emits one: decodes and each prompt's last token
+    emits = decode + prompts
+    head = _slow16(caps) * _gemm(caps, s, emits, s.vocab / s.tp, s.h)
+    return {
+        "gemm": stages * _layer_gemms(caps, s, gemm_tokens),
+        "attention": stages * _attention(caps, s, x, decode, context, prompt_tokens),
+        "elementwise": stages * elementwise,
+        "comm": stages * comm,
+        "pipeline_p2p": (s.pp - 1) * send,
+        "lm_head": head,
+    }
+
+
+def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
+              cal: MemoryCalibration) -> tuple[F, F, F]:  # fmt: skip
+    """Requests the KV cache holds (``max_concurrency``), the requests that run (continuous
+    batching admits what the cache and the scheduler's caps allow and queues the rest), and
+    the offered ones."""
+    memory, per_request = _memory(caps, x, s, cal, np.zeros_like(x["global_batch_size"]))
+    # total = (fixed + B·per_request)·(1 + fragmentation) + context + NCCL
+    fixed = (
+        (memory["weights"] + memory["activations"] + memory["workspace"]) * (1 + cal.fragmentation)
+        + memory["cuda_context"]
+        + memory["nccl_buffers"]
+    )
+    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
+    capacity = np.floor(np.maximum(free, 0.0) / per_request)
+    offered = x["global_batch_size"]
+    limit = np.minimum(capacity, np.where(x["max_batch_size"] > 0, x["max_batch_size"], np.inf))
+    # a token budget T per iteration holds B·(1 + s_in/s_out) tokens at steady state, or, when
+    # a prompt joins only every few iterations, B + s_in (the two meet at B = s_out)
+    budget, s_in, s_out = x["max_num_tokens"], x["input_tokens"], x["output_tokens"]
+    steady = budget / (1 + s_in / s_out)
+    per_stage = np.where(steady >= s_out, steady, np.maximum(budget - s_in, 1.0))
+    static = x["static_batching"] > 0
+    limit = np.where((budget > 0) & ~static, np.minimum(limit, np.floor(per_stage) * s.pp), limit)
+    batch = np.where(capacity >= 1, np.minimum(offered, limit), offered)
+    return capacity, batch, offered
 
 
 def inference_step(
@@ -91,123 +233,103 @@ def inference_step(
     """Serving figures of n cases (arrays of n for every :data:`INFERENCE_COLUMNS` name)."""
     x = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     o = ArrayOps(caps, net)
-    L, h, a, kv = x["num_layers"], x["hidden_size"], x["num_attention_heads"], x["num_kv_heads"]
-    ffn, vocab, experts, topk = (x[k] for k in ("ffn_hidden_size", "vocab_size", "num_experts",
-                                                "experts_per_token"))  # fmt: skip
-    tp, pp, dp, ep = (x[k] for k in ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                                     "expert_parallel"))  # fmt: skip
+    s = _shape(caps, x)
+    capacity, batch, offered = _admitted(caps, x, s, cal)
+    memory, _ = _memory(caps, x, s, cal, batch)
     s_in, s_out = x["input_tokens"], x["output_tokens"]
-    d_h, mats, moe = h / a, 2.0 + x["swiglu"], experts > 1
-    p_act = max(caps.bytes_per_element, 2.0)  # activations and messages stay 16-bit (§C6.4)
-    layers = np.ceil(L / pp)
-    # continuous batching holds what the KV cache fits and queues the rest: the active batch
-    capacity, batch = _active_batch(caps, x, cal, layers, p_act)
-    x = {**x, "global_batch_size": batch}
-    memory, _ = _memory(caps, x, cal, layers, p_act)
-
-    def layer_time(tokens: Any, context: Any, causal: Any, decode: bool) -> dict[str, Any]:
-        """One layer on one device for ``tokens`` new tokens attending to ``context`` each."""
-        mlp_tokens = np.where(moe, tokens * topk * ep / experts, tokens)
-        local = np.maximum(experts / ep, 1.0)
-        mm = partial(_streamed_gemm, caps) if decode else o.gemm
-        gemm = (
-            mm(tokens, (a + 2 * kv) * d_h / tp, h)
-            + mm(tokens, h, a * d_h / tp)
-            + mm(mlp_tokens, (mats - 1) * ffn / tp, h, np.where(moe, local, 1.0))
-            + mm(mlp_tokens, h, ffn / tp, np.where(moe, local, 1.0))
-            + np.where(moe, mm(tokens, experts, h), 0.0)
-        )
-        kv_bytes = 2 * batch * context * kv * d_h / tp * x["kv_cache_bytes"]
-        flops = 4 * tokens * context * a * d_h / tp * causal
-        rate = caps.peak_flops / _slow16(caps) * caps.attention_efficiency
-        attention = np.maximum(flops / rate, kv_bytes / (caps.hbm_bandwidth_Bps *
-                                                          caps.hbm_efficiency))  # fmt: skip
-        attention = attention + caps.kernel_launch_s
-        # two fused residual-add + norm kernels (read x and the residual, write both: 8 hidden
-        # vectors a token), rotary on Q and K, the gated activation (read 2F, write F)
-        rotary = 2 * tokens * (a + kv) * d_h / tp
-        elementwise = o.mem((8 * tokens * h + rotary + 3 * mlp_tokens * ffn / tp) * p_act, 0.0, 4)
-        comm = 2 * o.coll("all_reduce", tokens * h * p_act, tp, 1.0)
-        comm = comm + np.where(moe, 2 * o.coll("all_to_all", tokens * topk * h * p_act, ep,
-                                               tp), 0.0)  # fmt: skip
-        return {"gemm": gemm, "attention": attention, "elementwise": elementwise, "comm": comm}
-
-    def head_time(tokens: Any) -> Any:
-        return _slow16(caps) * _streamed_gemm(caps, tokens, vocab / tp, h)
-
-    send = o.coll("send_recv", batch * h * p_act / tp, 2.0, tp * dp)
-    prompt = batch * s_in
-    pre = layer_time(prompt, s_in, (1 + _FLASH_KV_TILE / s_in) / 2, decode=False)
+    static = x["static_batching"] > 0
+    # pp micro-batches in flight; each iteration of one passes the pp stages
+    micro = np.ceil(batch / s.pp)
+    # prompts per iteration: continuous batching's steady state, or the whole static batch
+    joining = micro / s_out
+    prompts = np.where(static, micro, np.maximum(joining, 1.0))
+    # iterations (of a request's s_out) that carry prompts
+    carrying = np.where(static, 1.0, s_out * np.minimum(joining, 1.0))
     context = s_in + s_out / 2  # decode time is linear in the context: its mean
-    dec = layer_time(batch, context, 1.0, decode=True)
-    pre_p2p = (pp - 1) * o.coll("send_recv", prompt * h * p_act / tp, 2.0, tp * dp)
-    dec_p2p = (pp - 1) * send
-    ttft = pp * layers * sum(pre.values()) + pre_p2p + head_time(batch)
-    tpot = pp * layers * sum(dec.values()) + dec_p2p + head_time(batch)
-    breakdown = {f"prefill_{k}": pp * layers * v for k, v in pre.items()}
-    breakdown["prefill_pipeline_p2p"] = pre_p2p
-    breakdown["prefill_lm_head"] = head_time(batch)
-    breakdown |= {f"decode_{k}": s_out * pp * layers * v for k, v in dec.items()}
-    breakdown["decode_pipeline_p2p"] = s_out * dec_p2p
-    breakdown["decode_lm_head"] = s_out * head_time(batch)
-    params = L * params_per_layer(x, np) + 2 * vocab * h
-    active = params - L * np.where(moe, mats * h * ffn * (experts - topk), 0.0)
-    step = ttft + s_out * tpot
+    padded = np.where(x["cuda_graph_padding"] > 0, 2.0 ** np.ceil(np.log2(micro)), micro)
+    dec = _iteration(caps, o, s, x, micro, context, 0.0, 0.0, padded)
+    others = np.where(static, 0.0, np.maximum(micro - prompts, 0.0))
+    prompt_tokens = prompts * s_in
+    pre = _iteration(caps, o, s, x, others, context, prompt_tokens, prompts,
+                     others + prompt_tokens)  # fmt: skip
+    # the executor's host work on the micro-batch's requests runs behind the previous
+    # iteration's GPU work (TensorRT-LLM's overlap scheduler): the GPU waits for what is left
+    host = micro * x["host_s_per_request"]
+    for part in (dec, pre):
+        part["host"] = np.maximum(host - sum(part.values()), 0.0)
+    breakdown = {f"prefill_{k}": carrying * v for k, v in pre.items()}
+    breakdown |= {f"decode_{k}": (s_out - carrying) * v for k, v in dec.items()}
+    cycle = sum(breakdown.values())  # a request's slot: its prompt and s_out tokens
+    ttft = sum(pre.values())
+    tpot = np.where(s_out > 1, (cycle - ttft) / np.maximum(s_out - 1, 1.0), sum(dec.values()))
+    # a closed loop of N requests on B slots: each waits C·(N/B − 1) (Little's law)
+    wait = cycle * np.maximum(offered / batch - 1, 0.0)
+    h, a = s.h, x["num_attention_heads"]
+    attn = h * (a + 2 * x["num_kv_heads"]) * s.d_h + a * s.d_h * h
+    active = x["num_layers"] * (attn + s.mats * h * s.ffn * np.where(s.moe, s.topk, 1.0)) + (
+        2 * s.vocab * h
+    )
     return {
-        "step_time_s": step,
+        "step_time_s": cycle,
         "breakdown_s": breakdown,
         "memory_per_device_B": sum(memory.values()),
         "memory_breakdown_B": memory,
-        "model_flops_per_step": dp * 2 * active * batch * (s_in + s_out),
-        "tokens_per_step": dp * batch * s_out,
-        "samples_per_step": dp * batch,
-        "ttft_s": ttft,
+        "model_flops_per_step": s.dp * 2 * active * batch * (s_in + s_out),
+        "tokens_per_step": s.dp * batch * s_out,
+        "samples_per_step": s.dp * batch,
+        "ttft_s": wait + ttft,
         "tpot_s": tpot,
+        "queue_wait_s": wait,
+        "request_latency_s": wait + cycle,
         "max_concurrency": capacity,
         "active_batch": batch,
     }
 
 
-def _slow16(caps: DeviceCaps) -> float:
-    """FP8 serving runs attention and the output layer in 16 bits (§C6.4)."""
-    if caps.bytes_per_element >= 2 or caps.peak_flops_16bit <= 0:
-        return 1.0
-    return float(caps.peak_flops / caps.peak_flops_16bit)
+def _slow16(caps: DeviceCaps) -> Any:
+    """FP8/FP4 serving runs attention and the output layer in 16 bits (§C6.4); one device or
+    one per row (design sweeps)."""
+    sixteen = np.asarray(caps.peak_flops_16bit, dtype=float)
+    slower = (caps.bytes_per_element < 2) & (sixteen > 0)
+    return np.where(slower, caps.peak_flops / np.where(slower, sixteen, 1.0), 1.0)
 
 
 def _memory(
-    caps: DeviceCaps, x: Mapping[str, F], cal: MemoryCalibration, layers: F, p_act: float
+    caps: DeviceCaps, x: Mapping[str, F], s: _Shape, cal: MemoryCalibration, batch: F
 ) -> tuple[dict[str, F], F]:
-    """Bytes per device by term, and what one more request adds (its KV cache at full context
-    and its share of the prefill transients)."""
-    h, a, kv = x["hidden_size"], x["num_attention_heads"], x["num_kv_heads"]
-    tp, pp, ep = x["tensor_parallel"], x["pipeline_parallel"], x["expert_parallel"]
-    experts, mats = x["num_experts"], 2.0 + x["swiglu"]
-    moe = experts > 1
-    expert_params = np.where(moe, mats * h * x["ffn_hidden_size"] * experts, 0.0)
-    dense = params_per_layer(x, np) - expert_params
-    embedding = np.where(pp > 1, 1.0, 2.0) * x["vocab_size"] * h
-    weights = (layers * (dense + expert_params / ep) + embedding) / tp * caps.bytes_per_element
-    per_request = (
-        2 * layers * (x["input_tokens"] + x["output_tokens"]) * kv * h / a / tp
-        * x["kv_cache_bytes"]
-    )  # fmt: skip
-    batch = x["global_batch_size"]
-    # prefill transients: a layer's widest activation (the MLP's up projection) and the
-    # 16-bit hidden state of the prompt, once
-    per_prompt = x["input_tokens"] * ((mats - 1) * x["ffn_hidden_size"] / tp + h) * p_act
-    transient = batch * per_prompt
-    allocated = weights + batch * per_request + transient + cal.workspace_B
+    """Bytes per device by term for ``batch`` running requests, and what one more request adds
+    (its KV cache at full context, its share of an iteration's activations and logits)."""
+    h, d_h, tp = s.h, s.d_h, s.tp
+    attn = h * (s.q + 2 * s.kv) * d_h + s.q * d_h * h
+    mlp = s.mats * h * s.ffn / tp
+    dense = attn + np.where(s.moe, h * s.experts + mlp * s.experts / s.ep, mlp) + 4 * h
+    embedding = np.where(s.pp > 1, 1.0, 2.0) * s.vocab * h / tp
+    weights = (s.layers * dense + embedding) * caps.bytes_per_element
+    s_in, s_out = x["input_tokens"], x["output_tokens"]
+    kv = 2 * s.layers * (s_in + s_out) * s.kv * d_h * x["kv_cache_bytes"]
+    # an iteration's widest activation (the MLP's up projection, per expert pick) and hidden
+    # state, per token it carries: continuous batching's B(1 + s_in/s_out) + s_in, a static
+    # batch's B·s_in, or the scheduler's token budget, which the framework allocates up front
+    act = ((s.mats - 1) * s.ffn * np.where(s.moe, s.topk, 1.0) / tp + h) * s.p_act
+    static, budget = x["static_batching"] > 0, x["max_num_tokens"]
+    slope = np.where(static, s_in, 1 + s_in / s_out) / s.pp
+    slope = np.where(budget > 0, 0.0, slope)
+    fixed = np.where(budget > 0, budget, np.where(static, 0.0, s_in))
+    logits = s.vocab / tp * _LOGIT_BYTES / s.pp
+    per_request = kv + act * slope + logits
+    activations = act * (fixed + slope * batch) + logits * batch
+    allocated = weights + batch * kv + activations + cal.workspace_B
+    shape = weights.shape
     memory = {
         "weights": weights,
-        "kv_cache": batch * per_request,
-        "activations": transient,
-        "workspace": np.broadcast_to(cal.workspace_B, weights.shape).astype(float),
+        "kv_cache": batch * kv,
+        "activations": activations,
+        "workspace": np.broadcast_to(cal.workspace_B, shape).astype(float),
         "fragmentation": cal.fragmentation * allocated,
-        "cuda_context": np.broadcast_to(cal.cuda_context_B, weights.shape).astype(float),
-        "nccl_buffers": np.broadcast_to(cal.nccl_buffers_B, weights.shape).astype(float),
+        "cuda_context": np.broadcast_to(cal.cuda_context_B, shape).astype(float),
+        "nccl_buffers": np.broadcast_to(cal.nccl_buffers_B, shape).astype(float),
     }
-    return memory, per_request + per_prompt
+    return memory, per_request
 
 
 class InferenceWorkload(Workload):
@@ -221,9 +343,15 @@ class InferenceWorkload(Workload):
         assert isinstance(model, TransformerSpec)
         kv = workload.kv_cache_precision or workload.precision
         values = transformer_values(model, mapping, workload.global_batch_size) | {
+            "head_dim": float(model.head_dim),
             "input_tokens": float(workload.input_tokens),
             "output_tokens": float(workload.output_tokens),
             "kv_cache_bytes": BYTES_PER_ELEMENT[kv],
+            "static_batching": float(workload.batching == "static"),
+            "max_batch_size": float(workload.max_batch_size),
+            "max_num_tokens": float(workload.max_num_tokens),
+            "cuda_graph_padding": float(workload.cuda_graph_padding),
+            "host_s_per_request": workload.host_s_per_request,
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
@@ -239,5 +367,5 @@ class InferenceWorkload(Workload):
             out["tokens_per_step"],
             out["samples_per_step"],
             out["memory_breakdown_B"],
-            {k: out[k] for k in ("ttft_s", "tpot_s", "max_concurrency", "active_batch")},
+            {k: out[k] for k in SERVING_OUTPUTS},
         )

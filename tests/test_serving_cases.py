@@ -1,0 +1,157 @@
+"""Reading published serving measurements (deepflow.measurements, category ``inference``)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from deepflow.config.calibration import current_calibration
+from deepflow.data import load_measurements
+from deepflow.errors import ConfigError
+from deepflow.measurements import (
+    SERVING_QUANTITIES,
+    inference_case_scenario,
+    serving_scheduler,
+    trtllm_bench_limits,
+)
+from deepflow.oracle.evaluate import evaluate_one
+from deepflow.validation import score_inference_case, validation_report
+
+
+def _case(case_id: str) -> dict[str, Any]:
+    (case,) = [c for c in load_measurements() if c["id"] == case_id]
+    return copy.deepcopy(case)
+
+
+def test_trtllm_bench_limits_follow_tensorrt_llms_tuning_formula() -> None:
+    # Llama 3.1 8B FP8 on one H100 at ISL/OSL 2048/128, by hand from TensorRT-LLM
+    # bench/build/tuning.py: KV bytes per token 2·32 layers·8 heads·128·1 B, the engine's
+    # parameters at 1 byte, 95 % of the memory left for the KV cache
+    case = _case("trtllm_l8b_h100_tp1_2048_128")
+    scenario = inference_case_scenario(case)
+    model = scenario.workload.model
+    params = 32 * (4096 * 48 * 128 + 32 * 128 * 4096 + 3 * 4096 * 14336 + 2 * 4096)
+    params += 2 * 128256 * 4096
+    per_token_GiB = 2 * 32 * 8 * 128 / 2**30
+    requests = (80 - params / 2**30) * 0.95 / (per_token_GiB * 2176)
+    raw_bs, raw_tokens = requests, requests * (1 + 2048 / 128)
+    assert 256 <= raw_bs < 1024 and raw_tokens >= 8192
+    expected = 128 * math.ceil(raw_bs / 128), 1024 * math.ceil(raw_tokens / 1024)
+    assert model.num_kv_heads == 8 and trtllm_bench_limits(case, scenario) == expected
+    # the 4,096-request cap; without chunked prefill at least ISL + max batch tokens
+    short = inference_case_scenario(_case("trtllm_l8b_h200_tp1_128_128"))
+    assert trtllm_bench_limits(_case("trtllm_l8b_h200_tp1_128_128"), short) == (4096, 8192)
+    long = _case("trtllm_l8b_h100_tp1_20000_2000")
+    bs, tokens = trtllm_bench_limits(long, inference_case_scenario(long))
+    assert tokens == 20000 + bs
+
+
+def test_serving_scheduler_reads_how_each_source_batched() -> None:
+    offline = _case("trtllm_l70b_h200_tp1_128_2048")
+    s = inference_case_scenario(offline)
+    assert s.workload.batching == "continuous" and s.workload.cuda_graph_padding
+    assert (s.workload.max_batch_size, s.workload.max_num_tokens) == trtllm_bench_limits(offline, s)
+    assert s.workload.global_batch_size == offline["inference"]["num_requests"]
+    # TensorRT-LLM's PyTorch executor spends host time on every request every iteration
+    host = current_calibration().serving.host_s_per_request
+    assert s.workload.host_s_per_request == host == pytest.approx(45.11e-3 / 1536, rel=2e-3)
+    session = inference_case_scenario(_case("trt061_l2_7b_h100_tp1_b768_128_128"))
+    assert session.workload.batching == "static" and session.workload.global_batch_size == 768
+    assert not session.workload.cuda_graph_padding and session.workload.max_batch_size == 0
+    assert session.workload.host_s_per_request == 0  # the C++ runtime of TensorRT-LLM 0.6
+    # fixed-length sessions of a closed loop start together and stay in lockstep
+    closed = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
+    assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "static"
+    closed["inference"]["mode"] = "closed loop: 16 sessions, lengths drawn from ShareGPT"
+    assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "continuous"
+
+
+def test_stated_scheduler_limits_win_over_trtllm_benchs_heuristic() -> None:
+    case = _case("trtllm_l8b_h100_tp1_128_128")
+    case["inference"]["max_batch_size"], case["inference"]["max_num_tokens"] = 512, 4096
+    w = inference_case_scenario(case).workload
+    assert (w.max_batch_size, w.max_num_tokens) == (512, 4096)
+    assert evaluate_one(inference_case_scenario(case))["active_batch"] == 512
+
+
+def test_attention_data_parallel_moe_runs_attention_per_gpu_and_experts_over_all() -> None:
+    case = _case("trtllm_q235b_h200_tp8_128_2048")
+    m = inference_case_scenario(case).mapping
+    assert (m.tensor_parallel, m.data_parallel, m.expert_parallel) == (1, 8, 8)
+    model = inference_case_scenario(case).workload.model
+    # Qwen3-235B: 64 heads of 128 on a 4096-wide model; experts 1,536 wide (moe_ffn_hidden)
+    assert (model.head_dim, model.ffn_hidden_size, model.num_experts) == (128, 1536, 128)
+    (row,) = score_inference_case(case)
+    assert row["feasible"] and row["group"] == "trtllm_perf_overview_h200/throughput"
+
+
+def test_tensor_parallel_beyond_the_kv_heads_is_read_for_serving() -> None:
+    case = _case("trtllm_q235b_h200_tp8_128_2048")
+    del case["inference"]["attention_dp"]
+    m = inference_case_scenario(case).mapping
+    assert (m.tensor_parallel, m.data_parallel) == (8, 1)  # 4 KV heads, each on 2 ranks
+
+
+def test_every_shipped_serving_case_with_fixed_lengths_and_a_precision_is_scored() -> None:
+    report = validation_report()
+    skipped = {s["id"]: s["reason"] for s in report["skipped"]}
+    serving = [c for c in load_measurements() if c.get("category") == "inference"]
+    for case in serving:
+        inf = case["inference"]
+        fixed = all(isinstance(inf.get(k), int) for k in ("input_len", "output_len"))
+        measured = any(k in case["measured"] for keys, _, _ in SERVING_QUANTITIES for k in keys)
+        if fixed and inf.get("weight_precision") and measured:
+            assert case["id"] not in skipped, skipped.get(case["id"])
+    assert len([i for i in skipped if i in {c["id"] for c in serving}]) == 15
+
+
+def _without(section: str, name: str | None = None) -> Any:
+    def edit(case: dict[str, Any]) -> None:
+        if name is None:
+            del case[section]
+        else:
+            del case[section][name]
+
+    return edit
+
+
+def _setting(name: str, value: Any) -> Any:
+    return lambda case: case["inference"].__setitem__(name, value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_without("inference"), r"case 'trtllm_l8b_h100_tp1_128_128'.*inference is missing\."),
+        (_setting("weight_precision", "int3"),
+         r"inference.weight_precision 'int3' is not one deepflow serves \(known: bf16, fp16, fp4, "
+         r"fp8, mxfp4, nvfp4\)\."),
+        (_setting("input_len", "variable"),
+         r"inference.input_len must be a number >= 1; got 'variable' \(variable lengths are "
+         r"not modelled\)\."),
+        (_without("inference", "num_requests"),
+         r"inference.batch_size \(or max_concurrency\) is missing\."),
+    ],
+)  # fmt: skip
+def test_serving_case_errors_name_the_key(edit: Any, message: str) -> None:
+    case = _case("trtllm_l8b_h100_tp1_128_128")
+    edit(case)
+    with pytest.raises(ConfigError, match=message):
+        inference_case_scenario(case)
+
+
+def test_a_serving_case_without_a_measurement_names_the_keys() -> None:
+    case = _case("trtllm_l8b_h100_tp1_128_128")
+    case["measured"] = {"note": "nothing measured"}
+    with pytest.raises(ConfigError, match=r"measured has none of output_tokens_per_s_total, "):
+        score_inference_case(case)
+
+
+def test_a_case_without_a_batch_or_requests_is_offered_what_its_kv_cache_holds() -> None:
+    case = _case("trtllm_l8b_h100_tp1_2048_2048")
+    del case["inference"]["num_requests"]
+    (row,) = score_inference_case(case)
+    assert row["model"] > 0 and row["feasible"]
