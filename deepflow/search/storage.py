@@ -152,6 +152,7 @@ class Store:
         self.worker = _worker()
         self.distributions: dict[str, Any] = {}
         self._slots: dict[int, Slot] = {}  # by number
+        self._keys: dict[int, tuple[float, ...]] = {}  # design_key by trial number (z is fixed)
         self._seen: dict[str, tuple[Any, float]] = {}  # worker id -> (heartbeat, seen at)
         self._beats = 0
         # The heartbeat thread and a locked write of the loop never interleave (a journal's
@@ -175,6 +176,13 @@ class Store:
             self._slots[slot.number] = slot
         return [self._slots[k] for k in sorted(self._slots)]
 
+    def design_key(self, slot: Slot) -> tuple[float, ...]:
+        """:func:`design_key` of a trial's coordinates (computed once per trial number)."""
+        key = self._keys.get(slot.number)
+        if key is None:
+            key = self._keys[slot.number] = design_key(slot.z)
+        return key
+
     def reserve(
         self, designs: Sequence[Design], *, budget: int, distinct: bool = True
     ) -> list[Slot]:
@@ -188,7 +196,7 @@ class Store:
         first = -1
         with self._locked():
             existing = self.slots()
-            taken = {design_key(s.z) for s in existing}
+            taken = {self.design_key(s) for s in existing}
             room = budget - len(existing)
             keep: list[Design] = []
             for d in designs:
