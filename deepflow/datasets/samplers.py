@@ -355,22 +355,25 @@ def project_simplex(y: F, low: Sequence[float], high: Sequence[float]) -> F:
 
     The projection is ``clip(y - τ, low, high)`` for the one shift τ that makes the row sum
     to 1 [Held, Wolfe & Crowder 1974; Duchi et al. 2008, "Efficient projections onto the
-    l1-ball", with box bounds], found by bisection (the sum falls monotonically in τ).
-    Requires sum(low) <= 1 <= sum(high).
+    l1-ball", with box bounds]. The sum is piecewise linear and non-increasing in τ with
+    breakpoints ``y - high`` and ``y - low``: it is evaluated at the sorted breakpoints of
+    every row at once and τ interpolated on the segment that crosses 1 (exact, no
+    iterations). Requires sum(low) <= 1 <= sum(high).
     """
     lo = np.asarray(low, dtype=float)
     hi = np.asarray(high, dtype=float)
     y = np.atleast_2d(np.asarray(y, dtype=float))
-    a = (y - hi).min(axis=1)  # every part at its upper bound: sum(high) >= 1
-    b = (y - lo).max(axis=1)  # every part at its lower bound: sum(low) <= 1
-    for _ in range(64):  # the bracket, at most 2 wide, shrinks to float64 resolution
-        tau = 0.5 * (a + b)
-        total = np.clip(y - tau[:, None], lo, hi).sum(axis=1)
-        a = np.where(total > 1.0, tau, a)
-        b = np.where(total > 1.0, b, tau)
-    x = np.clip(y - (0.5 * (a + b))[:, None], lo, hi)
-    # The last rounding: spread the tiny residual over the parts strictly inside their bounds.
-    residual = 1.0 - x.sum(axis=1)
-    inside = (x > lo) & (x < hi)
-    count = np.maximum(inside.sum(axis=1), 1)
-    return np.clip(x + inside * (residual / count)[:, None], lo, hi)
+    n = len(y)
+    if n == 0:
+        return y.copy()
+    points = np.sort(np.concatenate([y - hi, y - lo], axis=1), axis=1)  # (n, 2k) ascending
+    sums = np.clip(y[:, None, :] - points[:, :, None], lo, hi).sum(axis=2)  # non-increasing
+    # The last breakpoint whose sum is still >= 1 starts the segment (the first has sum(high)).
+    j = np.clip((sums >= 1.0).sum(axis=1) - 1, 0, points.shape[1] - 2)
+    rows = np.arange(n)
+    t0, t1 = points[rows, j], points[rows, j + 1]
+    s0, s1 = sums[rows, j], sums[rows, j + 1]
+    slope = np.divide(s1 - s0, t1 - t0, out=np.zeros(n), where=t1 > t0)
+    tau = np.where(slope < 0, t0 + np.divide(1.0 - s0, slope, out=np.zeros(n), where=slope < 0),
+                   t0)  # fmt: skip
+    return np.clip(y - tau[:, None], lo, hi)

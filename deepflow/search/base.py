@@ -493,13 +493,9 @@ class _Loop:
             )
             for i, s in enumerate(slots):
                 self.row_at[s.number] = (slots[0].number, i)
-        constraints = [
-            {
-                n: float(np.clip(v, -_BIG, _BIG))
-                for n, v in zip(res.constraint_names, c, strict=True)
-            }
-            for c in res.constraints
-        ]
+        names = res.constraint_names
+        clipped = np.clip(res.constraints, -_BIG, _BIG).reshape(len(slots), len(names))
+        constraints = [dict(zip(names, c, strict=True)) for c in clipped.tolist()]
         start = time.perf_counter()
         self.store.complete(slots, [finite(v) for v in res.values], constraints, records)
         self.timings["store"] += time.perf_counter() - start
