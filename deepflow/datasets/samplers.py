@@ -32,7 +32,9 @@ __all__ = [
     "decode_index",
     "decode_integer",
     "decode_simplex",
+    "encode_simplex",
     "grid_size",
+    "project_simplex",
     "simplex_dims",
     "unit_cube",
 ]
@@ -317,3 +319,61 @@ def decode_simplex(u: F, low: Sequence[float], high: Sequence[float]) -> F:
     share = np.divide(short, room_total, out=np.zeros_like(short),
                       where=(short > 0) & (room_total > 0))  # fmt: skip
     return (lo_c + free + room * share).T
+
+
+def encode_simplex(x: F, low: Sequence[float], high: Sequence[float]) -> F:
+    """(n, k) parts within their bounds, summing to 1 -> the cube coordinates
+    :func:`decode_simplex` maps back to them (to rounding).
+
+    - stick breaking (k - 1 columns): u_i = (1 - free_i / rest_i)**(k-1-i), the inverse of
+      each part's share of the free mass left;
+    - bounded parts (k columns): u_i = (x_i - low_i) / cap_i, the point where the shift
+      λ = 0 already makes the parts sum to 1.
+
+    Requires sum(x) = 1 and low <= x <= high per row (e.g. from :func:`project_simplex`).
+    """
+    lo = np.asarray(low, dtype=float)
+    hi = np.asarray(high, dtype=float)
+    cap = hi - lo
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    k = lo.size
+    if simplex_dims(low, high) == k - 1:
+        free = np.maximum(x - lo, 0.0)
+        rest = np.full(len(x), 1.0 - lo.sum())
+        u = np.empty((len(x), k - 1))
+        for i in range(k - 1):
+            share = np.divide(free[:, i], rest, out=np.zeros(len(x)), where=rest > 0)
+            u[:, i] = np.clip(1.0 - share, 0.0, 1.0) ** (k - 1 - i)
+            rest = rest - free[:, i]
+        return u
+    safe = np.where(cap > 0, cap, 1.0)
+    return np.clip((x - lo) / safe, 0.0, 1.0)
+
+
+def project_simplex(y: F, low: Sequence[float], high: Sequence[float]) -> F:
+    """Euclidean projection of rows of ``y`` (n, k) onto {low <= x <= high, sum x = 1}.
+
+    The projection is ``clip(y - τ, low, high)`` for the one shift τ that makes the row sum
+    to 1 [Held, Wolfe & Crowder 1974; Duchi et al. 2008, "Efficient projections onto the
+    l1-ball", with box bounds]. The sum is piecewise linear and non-increasing in τ with
+    breakpoints ``y - high`` and ``y - low``: it is evaluated at the sorted breakpoints of
+    every row at once and τ interpolated on the segment that crosses 1 (exact, no
+    iterations). Requires sum(low) <= 1 <= sum(high).
+    """
+    lo = np.asarray(low, dtype=float)
+    hi = np.asarray(high, dtype=float)
+    y = np.atleast_2d(np.asarray(y, dtype=float))
+    n = len(y)
+    if n == 0:
+        return y.copy()
+    points = np.sort(np.concatenate([y - hi, y - lo], axis=1), axis=1)  # (n, 2k) ascending
+    sums = np.clip(y[:, None, :] - points[:, :, None], lo, hi).sum(axis=2)  # non-increasing
+    # The last breakpoint whose sum is still >= 1 starts the segment (the first has sum(high)).
+    j = np.clip((sums >= 1.0).sum(axis=1) - 1, 0, points.shape[1] - 2)
+    rows = np.arange(n)
+    t0, t1 = points[rows, j], points[rows, j + 1]
+    s0, s1 = sums[rows, j], sums[rows, j + 1]
+    slope = np.divide(s1 - s0, t1 - t0, out=np.zeros(n), where=t1 > t0)
+    tau = np.where(slope < 0, t0 + np.divide(1.0 - s0, slope, out=np.zeros(n), where=slope < 0),
+                   t0)  # fmt: skip
+    return np.clip(y - tau[:, None], lo, hi)

@@ -34,8 +34,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.errors import ConfigError
-from deepflow.search.objectives import Bound, Objective, constraint_matrix, normalise
-from deepflow.search.pareto import hypervolume, pareto_mask
+from deepflow.search.objectives import Bound, Objective, normalise, outcomes
+from deepflow.search.pareto import ParetoArchive, pareto_mask
 from deepflow.search.problem import Problem
 from deepflow.search.registry import REGISTRY
 from deepflow.search.storage import Design, Slot, Store, design_key, finite, open_store, wait
@@ -261,11 +261,15 @@ def references_known(objectives: Sequence[Objective]) -> bool:
 def hypervolume_history(
     normalised: F, feasible: NDArray[np.bool_], checkpoints: Sequence[int]
 ) -> list[dict[str, float]]:
-    """Hypervolume of the first n evaluations, for each n in ``checkpoints``."""
-    return [
-        {"evaluations": int(n), "hypervolume": hypervolume(normalised[:n], feasible[:n])}
-        for n in checkpoints
-    ]
+    """Hypervolume of the first n evaluations, for each n in ``checkpoints`` (ascending;
+    one archive of the front so far, so each checkpoint adds only its new designs)."""
+    archive = ParetoArchive(normalised.shape[1])
+    out, done = [], 0
+    for n in checkpoints:
+        archive.add(normalised[done:n], feasible[done:n])
+        done = max(done, int(n))
+        out.append({"evaluations": int(n), "hypervolume": archive.hypervolume()})
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -338,17 +342,9 @@ class _Loop:
 
     # --- evaluations ------------------------------------------------------------------
     def _results(self, rows: Any) -> Results:
-        cols = {
-            c: rows[c].to_numpy(dtype=float) for c in rows.columns if c.startswith(("c_", "y_"))
-        }
-        names, c = constraint_matrix(cols, self.problem.constraint_names, self.config.bounds)
-        c = c.reshape(len(rows), len(names))
-        values = np.stack(
-            [rows[o.column].to_numpy(dtype=float) for o in self.config.objectives], axis=1
+        values, names, c, ok = outcomes(
+            rows, self.config.objectives, self.problem.constraint_names, self.config.bounds
         )
-        ok = rows["feasible"].to_numpy(dtype=bool).copy()
-        if c.size:
-            ok &= (c <= 0).all(axis=1)
         return Results(values, c, names, ok, rows, self.objectives)
 
     def _rows_of(self, slots: Sequence[Slot]) -> Any:
@@ -497,13 +493,9 @@ class _Loop:
             )
             for i, s in enumerate(slots):
                 self.row_at[s.number] = (slots[0].number, i)
-        constraints = [
-            {
-                n: float(np.clip(v, -_BIG, _BIG))
-                for n, v in zip(res.constraint_names, c, strict=True)
-            }
-            for c in res.constraints
-        ]
+        names = res.constraint_names
+        clipped = np.clip(res.constraints, -_BIG, _BIG).reshape(len(slots), len(names))
+        constraints = [dict(zip(names, c, strict=True)) for c in clipped.tolist()]
         start = time.perf_counter()
         self.store.complete(slots, [finite(v) for v in res.values], constraints, records)
         self.timings["store"] += time.perf_counter() - start
@@ -546,7 +538,7 @@ class _Loop:
                     # by another worker meanwhile (two workers told the same trials ask with
                     # the same seed) are a lost race, and counting those let a worker that
                     # lost five races store a design twice.
-                    stored = {design_key(s.z) for s in slots}
+                    stored = {self.store.design_key(s) for s in slots}
                     if all(design_key(d.z) in stored for d in designs):
                         fruitless += 1
                         stuck_at = len(slots)

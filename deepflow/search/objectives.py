@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,6 +34,7 @@ __all__ = [
     "from_botorch",
     "from_minimization",
     "normalise",
+    "outcomes",
     "to_botorch",
     "to_minimization",
 ]
@@ -173,3 +175,32 @@ def constraint_matrix(
         return names, np.zeros((0, 0))
     m = np.stack(cols, axis=1)
     return names, np.where(np.isnan(m), np.inf, m)
+
+
+def outcomes(
+    rows: Any,
+    objectives: Sequence[Objective],
+    constraint_names: Sequence[str],
+    bounds: Sequence[Bound],
+) -> tuple[F, list[str], F, NDArray[np.bool_]]:
+    """Objective values, constraints and feasibility of evaluated designs.
+
+    Args:
+        rows: the dataset's columns of n designs (a DataFrame: ``y_*``, ``c_*``, ``feasible``).
+        objectives: the k objectives.
+        constraint_names: the oracle's constraints (``c_`` columns without the prefix).
+        bounds: user bounds.
+
+    Returns:
+        (n, k) values in their units, the m constraint names, the (n, m) constraints
+        (:func:`constraint_matrix`) and (n,) feasibility: the oracle's ``feasible`` and
+        every constraint <= 0.
+    """
+    cols = {c: rows[c].to_numpy(dtype=float) for c in rows.columns if c.startswith(("c_", "y_"))}
+    names, c = constraint_matrix(cols, constraint_names, bounds)
+    c = c.reshape(len(rows), len(names))
+    values = np.stack([rows[o.column].to_numpy(dtype=float) for o in objectives], axis=1)
+    ok = rows["feasible"].to_numpy(dtype=bool).copy()
+    if c.size:
+        ok &= (c <= 0).all(axis=1)
+    return values, names, c, ok

@@ -7,14 +7,26 @@ share of the unit box [0, 1]^k between the reference and the ideal point.
 Plain numpy and Optuna (the core install), no torch: a search without a surrogate never
 imports it. The tests check both against BoTorch's ``is_non_dominated`` and
 ``DominatedPartitioning`` where BoTorch is installed.
+
+Two and three objectives use an exact sweep in O(n log n) (:func:`_hypervolume_3d`): the
+reference fronts of large sweeps hold thousands of points, where Optuna's exact algorithm
+(O(n²) for k = 3) takes 4 s for 5,000 points and 34 s for 20,000.
 """
 
 from __future__ import annotations
 
+import bisect
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["greedy_hypervolume_selection", "hypervolume", "pareto_mask"]
+__all__ = [
+    "ParetoArchive",
+    "greedy_hypervolume_selection",
+    "hypervolume",
+    "pareto_mask",
+]
 
 F = NDArray[np.float64]
 
@@ -35,7 +47,53 @@ def pareto_mask(points: F, feasible: NDArray[np.bool_] | None = None) -> NDArray
 
 
 def _non_dominated(pts: F) -> NDArray[np.bool_]:
-    """Rows no other row dominates (>= in every coordinate, > in one).
+    """Rows no other row dominates (>= in every coordinate, > in one)."""
+    if pts.shape[1] == 3:
+        return _non_dominated_3d(pts)
+    if pts.shape[1] == 2:
+        return _non_dominated_3d(np.column_stack([pts, np.zeros(len(pts))]))
+    return _non_dominated_any(pts)
+
+
+def _non_dominated_3d(pts: F) -> NDArray[np.bool_]:
+    """:func:`_non_dominated` for three coordinates in O(n log n) [Kung et al. 1975, "On
+    finding the maxima of a set of vectors"].
+
+    In descending lexicographic order every earlier row is >= in the first coordinate, so a
+    row is dominated iff an earlier one is >= in the other two and differs somewhere. The
+    earlier rows' last two coordinates are kept as a staircase (second ascending, third
+    descending, each step with the largest first coordinate it was met with); the step at
+    the first second-coordinate >= the row's has the largest third coordinate among them.
+    """
+    n = len(pts)
+    out = np.zeros(n, dtype=bool)
+    order = np.lexsort(-pts.T[::-1])
+    xs_all, ys_all, zs_all = (pts[order, j].tolist() for j in range(3))
+    ys: list[float] = []  # staircase: y ascending, z descending (strictly)
+    zs: list[float] = []
+    xs: list[float] = []  # the first (largest) x met at that exact (y, z)
+    for i in range(n):
+        x, y, z = xs_all[i], ys_all[i], zs_all[i]
+        j = bisect.bisect_left(ys, y)
+        if j < len(ys) and zs[j] >= z:
+            if not (ys[j] == y and zs[j] == z and xs[j] == x):
+                continue  # dominated by the row of step j
+            out[order[i]] = True  # a duplicate of a non-dominated row
+            continue
+        out[order[i]] = True
+        end = j + 1 if j < len(ys) and ys[j] == y else j  # step j: same y, lower z
+        k = j
+        while k > 0 and zs[k - 1] <= z:
+            k -= 1
+        del ys[k:end], zs[k:end], xs[k:end]
+        ys.insert(k, y)
+        zs.insert(k, z)
+        xs.insert(k, x)
+    return out
+
+
+def _non_dominated_any(pts: F) -> NDArray[np.bool_]:
+    """:func:`_non_dominated` for any number of coordinates.
 
     In descending lexicographic order a row can only be dominated by an earlier one, and
     dominance is transitive, so each row is checked against the non-dominated rows met so
@@ -57,6 +115,63 @@ def _non_dominated(pts: F) -> NDArray[np.bool_]:
     return out
 
 
+class ParetoArchive:
+    """The feasible non-dominated points of everything added so far, each with its data.
+
+    Args:
+        k: objectives per point.
+
+    Attributes:
+        points: (n, k) normalised points (larger is better), none dominated by another.
+        data: per name, the (n, ...) rows added with the points (e.g. objective values in
+            their units, native coordinates), in the same order.
+
+    A point equal to one already kept is not added again. Example:
+        >>> a = ParetoArchive(2)
+        >>> a.add(np.array([[1.0, 0.0], [0.0, 1.0], [0.2, 0.2]]))
+        >>> len(a)
+        2
+    """
+
+    def __init__(self, k: int) -> None:
+        self.points: F = np.empty((0, k))
+        self.data: dict[str, NDArray[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def add(
+        self, points: F, feasible: NDArray[np.bool_] | None = None, **data: NDArray[Any]
+    ) -> None:
+        """Add the feasible finite rows of ``points`` (n, k) that nothing dominates, with the
+        same rows of each ``data`` array, and drop the points they dominate."""
+        pts = np.asarray(points, dtype=float)
+        keep = np.isfinite(pts).all(axis=1)
+        if feasible is not None:
+            keep &= np.asarray(feasible, dtype=bool)
+        idx = np.flatnonzero(keep)
+        for name, values in data.items():  # every name has rows, none kept or not
+            self.data.setdefault(name, np.asarray(values)[:0])
+        if idx.size == 0:
+            return
+        joint = np.vstack([self.points, pts[idx]])
+        mask = pareto_mask(joint)
+        # Equal points: the first one met stays (the archive's own before new ones).
+        _, first = np.unique(joint, axis=0, return_index=True)
+        unique = np.zeros(len(joint), dtype=bool)
+        unique[first] = True
+        mask &= unique
+        old = len(self.points)
+        stay, new = mask[:old], idx[mask[old:]]
+        self.points = joint[mask]
+        for name, values in data.items():
+            self.data[name] = np.concatenate([self.data[name][stay], np.asarray(values)[new]])
+
+    def hypervolume(self) -> float:
+        """The hypervolume of the archive (:func:`hypervolume`)."""
+        return hypervolume(self.points)
+
+
 def hypervolume(points: F, feasible: NDArray[np.bool_] | None = None) -> float:
     """Hypervolume of (n, k) normalised points w.r.t. the origin (points below it count 0)."""
     from optuna._hypervolume import compute_hypervolume
@@ -67,12 +182,56 @@ def hypervolume(points: F, feasible: NDArray[np.bool_] | None = None) -> float:
         ok &= np.asarray(feasible, dtype=bool)
     if not ok.any():
         return 0.0
-    front = pts[ok][pareto_mask(pts[ok])]
     k = pts.shape[1]
     if k == 1:
-        return float(front.max())
+        return float(pts[ok].max())
+    if k <= 3:
+        return _hypervolume_3d(pts[ok] if k == 3 else np.column_stack([pts[ok], np.ones(ok.sum())]))
+    front = pts[ok][pareto_mask(pts[ok])]
     # Optuna's exact hypervolume (WFG for k >= 3) minimises: negate the points and the origin.
     return float(compute_hypervolume(-front, np.zeros(k), assume_pareto=True))
+
+
+def _hypervolume_3d(pts: F) -> float:
+    """Exact hypervolume of (n, 3) positive maximised points w.r.t. the origin.
+
+    A sweep down the third coordinate [Beume et al. 2009, "On the complexity of computing the
+    hypervolume indicator", §3]: the volume is the sum over slabs between consecutive third
+    coordinates of the slab's height times the area the points above it dominate in the first
+    two. That area is kept as a staircase (first coordinate ascending, second descending)
+    into which each point is inserted with a binary search, adding the area it newly covers
+    and dropping the steps it dominates (each point enters and leaves once: O(n log n)).
+    Dominated points add nothing, so no Pareto filter is needed first.
+    """
+    order = np.argsort(-pts[:, 2], kind="stable")
+    xs_all, ys_all, zs = pts[order, 0].tolist(), pts[order, 1].tolist(), pts[order, 2].tolist()
+    xs: list[float] = []  # staircase: x ascending, y descending
+    ys: list[float] = []
+    area = 0.0
+    volume = 0.0
+    n = len(zs)
+    for i in range(n):
+        px, py = xs_all[i], ys_all[i]
+        j = bisect.bisect_left(xs, px)  # xs[j:] >= px
+        if not (j < len(xs) and ys[j] >= py):  # not dominated in the first two coordinates
+            # Steps before j with y <= py are dominated by p: a run ending at j - 1.
+            k = j
+            while k > 0 and ys[k - 1] <= py:
+                k -= 1
+            floor = ys[j] if j < len(xs) else 0.0
+            gained = 0.0
+            left = xs[k - 1] if k > 0 else 0.0
+            for m in range(k, j):
+                gained += (xs[m] - left) * (py - ys[m])
+                left = xs[m]
+            gained += (px - left) * (py - floor)
+            area += gained
+            del xs[k:j], ys[k:j]
+            xs.insert(k, px)
+            ys.insert(k, py)
+        below = zs[i + 1] if i + 1 < n else 0.0
+        volume += area * (zs[i] - below)
+    return float(volume)
 
 
 def greedy_hypervolume_selection(

@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "gp": "deepflow.search.searchers:GPSearcher",
     "random": "deepflow.search.searchers:RandomSearcher",
     "surrogate": "deepflow.search.assisted:SurrogateSearcher",
+    "gradient": "deepflow.search.gradient:GradientSearcher",
 }
 
 #: Every strategy name, in the registry's order.

@@ -45,6 +45,7 @@ __all__ = [
     "level_sweeps",
     "local_moves",
     "make_sampler",
+    "mutate",
     "scaled_constraints",
 ]
 
@@ -448,7 +449,23 @@ def local_moves(
     d = search_space.num_dims
     if len(parents) == 0 or count == 0:
         return np.empty((0, d))
-    out = np.asarray(parents, dtype=float)[rng.integers(0, len(parents), size=count)].copy()
+    picked = np.asarray(parents, dtype=float)[rng.integers(0, len(parents), size=count)]
+    return mutate(picked, search_space, rng, radius=radius)
+
+
+def mutate(
+    points: F, search_space: SearchSpace, rng: np.random.Generator, *, radius: float | F
+) -> F:
+    """Each row of ``points`` (n, d, native coordinates) moved within ``radius`` as
+    :func:`local_moves` moves its parents; returns a new (n, d) array.
+
+    ``radius`` is a number or an (n,) array (one radius per row).
+    """
+    out = np.array(points, dtype=float)
+    count, d = out.shape
+    if count == 0:
+        return out
+    radius_rows = np.broadcast_to(np.asarray(radius, dtype=float), (count,))
     prob = np.exp(rng.uniform(math.log(1.0 / d), 0.0, size=count))
     change = rng.random((count, d)) < prob[:, None]
     change[np.arange(count), rng.integers(0, d, size=count)] = True
@@ -456,8 +473,9 @@ def local_moves(
         rows = np.flatnonzero(change[:, j])
         if rows.size == 0:
             continue
+        r = radius_rows[rows]
         if dim.kind == "continuous":
-            step = radius * rng.standard_normal(rows.size)
+            step = r * rng.standard_normal(rows.size)
             # Clipped into the open cube: steps past an edge land on it (where optima of
             # budgets often lie), but not exactly on 0, which a log-encoded input rejects.
             out[rows, j] = np.clip(out[rows, j] + step, _EDGE, 1.0 - _EDGE)
@@ -469,7 +487,7 @@ def local_moves(
         if dim.kind == "integer" and coords.shape[1] == 0:  # ordered: by its cube values
             coords = np.asarray(dim.levels_u, dtype=float)[:, None]
         if coords.shape[1]:
-            target = coords[level] + radius * rng.standard_normal((rows.size, coords.shape[1]))
+            target = coords[level] + r[:, None] * rng.standard_normal((rows.size, coords.shape[1]))
             dist = ((target[:, None, :] - coords[None, :, :]) ** 2).sum(axis=2)
             dist[np.arange(rows.size), level] = np.inf  # always another level
             out[rows, j] = dist.argmin(axis=1)
@@ -479,7 +497,7 @@ def local_moves(
     return out
 
 
-def level_sweeps(parents: F, search_space: SearchSpace) -> F:
+def level_sweeps(parents: F, search_space: SearchSpace, *, nearest: int | None = None) -> F:
     """Every single-dim change of a discrete dim of each parent: each row of ``parents``
     with one integer or categorical dim set to each of its other levels (a coordinate
     sweep: e.g. every valid mapping of a good design, which local steps reach slowly).
@@ -487,9 +505,12 @@ def level_sweeps(parents: F, search_space: SearchSpace) -> F:
     Args:
         parents: (p, d) native coordinates.
         search_space: the typed dims.
+        nearest: only the ``nearest`` other levels of an integer dim with coordinates
+            (:attr:`Dim.coords`: the mappings whose degrees are closest), by distance;
+            None: every level.
 
     Returns:
-        (p × Σ (levels - 1), d) native coordinates, parent by parent.
+        (p × Σ (levels - 1), d) native coordinates (fewer with ``nearest``), parent by parent.
     """
     parents = np.asarray(parents, dtype=float).reshape(-1, search_space.num_dims)
     blocks: list[F] = []
@@ -499,6 +520,10 @@ def level_sweeps(parents: F, search_space: SearchSpace) -> F:
                 continue
             current = int(np.clip(np.rint(row[j]), 0, dim.num_levels - 1))
             others = np.delete(np.arange(dim.num_levels, dtype=float), current)
+            coords = np.asarray(dim.coords, dtype=float).reshape(dim.num_levels, -1)
+            if nearest is not None and coords.shape[1] and len(others) > nearest:
+                dist = ((coords[others.astype(np.int64)] - coords[current]) ** 2).sum(axis=1)
+                others = others[np.sort(np.argsort(dist, kind="stable")[:nearest])]
             block = np.repeat(row[None, :], others.size, axis=0)
             block[:, j] = others
             blocks.append(block)

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 from deepflow.datasets.space import STRUCTURAL as _STRUCTURAL
 from deepflow.datasets.space import DesignSpace
 
-__all__ = ["Dim", "SearchSpace"]
+__all__ = ["Budgets", "Dim", "SearchSpace"]
 
 F = NDArray[np.float64]
 
@@ -308,3 +308,115 @@ class SearchSpace:
             value = params[d.name]
             z[j] = float(value) if d.kind == "continuous" else float(d.labels.index(value))
         return z
+
+
+class Budgets:
+    """The continuous variables of a search space as budget coordinates θ.
+
+    Box coordinates are the continuous dims' unit-cube values (clipped to [0, 1]); each
+    simplex variable contributes its k parts (their own bounds, summing to 1). A search space
+    without a design space (toy problems) has box coordinates only. A continuous ``mapping``
+    index is not a budget (it selects a mapping).
+
+    Args:
+        search_space: the typed dims.
+    """
+
+    def __init__(self, search_space: SearchSpace) -> None:
+        self.search_space = search_space
+        #: (kind, z columns, low, high) per block: "box" (one column) or "simplex".
+        self.blocks: list[tuple[str, list[int], F, F]] = []
+        space = search_space.space
+        col = 0
+        if space is not None:
+            for v in space.variables:
+                d = v.num_dims
+                if v.type == "simplex" and d:
+                    lo, hi = np.asarray(v.part_low, float), np.asarray(v.part_high, float)
+                    self.blocks.append(("simplex", list(range(col, col + d)), lo, hi))
+                elif v.type == "continuous" and d:
+                    self.blocks.append(("box", [col], np.zeros(1), np.ones(1)))
+                col += d
+        else:
+            for j, dim in enumerate(search_space.dims):
+                if dim.kind == "continuous":
+                    self.blocks.append(("box", [j], np.zeros(1), np.ones(1)))
+        self.width = sum(1 if k == "box" else len(lo) for k, _, lo, _ in self.blocks)
+        #: z columns that are budget coordinates' (the rest are the design's family)
+        self.columns = sorted(c for _, cols, _, _ in self.blocks for c in cols)
+
+    def theta(self, z: F) -> F:
+        """(n, d) native coordinates -> (n, width) budget coordinates."""
+        from deepflow.datasets.samplers import decode_simplex
+
+        z = np.atleast_2d(z)
+        parts = []
+        for kind, cols, lo, hi in self.blocks:
+            u = np.clip(z[:, cols], 0.0, 1.0)
+            parts.append(u if kind == "box" else decode_simplex(u, lo.tolist(), hi.tolist()))
+        return np.hstack(parts) if parts else np.empty((len(z), 0))
+
+    def to_z(self, theta: F, base: F) -> F:
+        """Budget coordinates (n, width) into copies of native rows ``base`` (n, d)."""
+        from deepflow.datasets.samplers import encode_simplex
+
+        z = np.array(np.atleast_2d(base), dtype=float)
+        at = 0
+        for kind, cols, lo, hi in self.blocks:
+            k = 1 if kind == "box" else len(lo)
+            block = theta[:, at : at + k]
+            z[:, cols] = (
+                np.clip(block, 0.0, 1.0)
+                if kind == "box"
+                else encode_simplex(block, lo.tolist(), hi.tolist())
+            )
+            at += k
+        return z
+
+    def project(self, theta: F) -> F:
+        """Rows of θ onto the box and the bounded simplices."""
+        from deepflow.datasets.samplers import project_simplex
+
+        out = np.array(np.atleast_2d(theta), dtype=float)
+        at = 0
+        for kind, _, lo, hi in self.blocks:
+            k = 1 if kind == "box" else len(lo)
+            block = out[:, at : at + k]
+            out[:, at : at + k] = np.clip(block, 0.0, 1.0) if kind == "box" else (
+                project_simplex(block, lo.tolist(), hi.tolist()))  # fmt: skip
+            at += k
+        return out
+
+    def scales(self) -> F:
+        """(width,) each coordinate's range: 1 for box coordinates, high - low for parts."""
+        return np.concatenate([np.ones(1) if kind == "box" else hi - lo
+                               for kind, _, lo, hi in self.blocks] or [np.zeros(0)])  # fmt: skip
+
+    def descent(self, gradient: F) -> F:
+        """The steepest-descent direction for a gradient (width,) in range units: −S²g with
+        S the ranges, each simplex block's sum removed in the same metric (the parts keep
+        summing to 1), of unit length ``|S⁻¹ δ| = 1`` (all zeros without a descent)."""
+        scales = self.scales()
+        delta = -(scales**2) * gradient
+        at = 0
+        for kind, _, lo, _ in self.blocks:
+            k = 1 if kind == "box" else len(lo)
+            if kind == "simplex":
+                s2 = scales[at : at + k] ** 2
+                block = delta[at : at + k]
+                delta[at : at + k] = block - s2 * block.sum() / max(s2.sum(), 1e-300)
+            at += k
+        size = float(np.linalg.norm(np.divide(delta, scales, out=np.zeros_like(delta),
+                                              where=scales > 0)))  # fmt: skip
+        return delta / size if size > 1e-300 and np.isfinite(size) else np.zeros_like(delta)
+
+    def directions(self) -> F:
+        """(width, width) probe directions: e_j for box coordinates, e_i − 1/k for the k
+        parts of a simplex (they sum to the projector onto its plane)."""
+        out = np.zeros((self.width, self.width))
+        at = 0
+        for kind, _, lo, _ in self.blocks:
+            k = 1 if kind == "box" else len(lo)
+            out[at : at + k, at : at + k] = np.eye(k) - (0.0 if kind == "box" else 1.0 / k)
+            at += k
+        return out

@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from deepflow.errors import ConfigError, DeepflowError, StorageError
 
 __all__ = [
@@ -132,7 +134,13 @@ def _pid_alive(worker: dict[str, Any]) -> bool:
 
 def design_key(z: Sequence[float]) -> tuple[float, ...]:
     """What makes two designs the same trial: their coordinates to 9 digits."""
-    return tuple(round(float(v), 9) for v in z)
+    return design_keys([z])[0]
+
+
+def design_keys(z: Any) -> list[tuple[float, ...]]:
+    """:func:`design_key` of each row of ``z`` (n, d), vectorised."""
+    rows = np.round(np.asarray(z, dtype=float), 9)
+    return [tuple(r) for r in rows.reshape(len(rows), -1).tolist()]
 
 
 class Store:
@@ -148,6 +156,8 @@ class Store:
         self.worker = _worker()
         self.distributions: dict[str, Any] = {}
         self._slots: dict[int, Slot] = {}  # by number
+        self._keys: dict[int, tuple[float, ...]] = {}  # design_key by trial number (z is fixed)
+        self._taken: set[tuple[float, ...]] = set()  # the values of _keys
         self._seen: dict[str, tuple[Any, float]] = {}  # worker id -> (heartbeat, seen at)
         self._beats = 0
         # The heartbeat thread and a locked write of the loop never interleave (a journal's
@@ -171,6 +181,23 @@ class Store:
             self._slots[slot.number] = slot
         return [self._slots[k] for k in sorted(self._slots)]
 
+    def design_key(self, slot: Slot) -> tuple[float, ...]:
+        """:func:`design_key` of a trial's coordinates (computed once per trial number)."""
+        key = self._keys.get(slot.number)
+        if key is None:
+            key = self._keys[slot.number] = design_key(slot.z)
+            self._taken.add(key)
+        return key
+
+    def _taken_keys(self, slots: Sequence[Slot]) -> set[tuple[float, ...]]:
+        """The design keys of ``slots`` (every trial read): kept as a set that grows with the
+        trials, so a reservation costs the new trials only."""
+        if len(self._keys) < len(slots):
+            for s in slots:
+                if s.number not in self._keys:
+                    self.design_key(s)
+        return self._taken
+
     def reserve(
         self, designs: Sequence[Design], *, budget: int, distinct: bool = True
     ) -> list[Slot]:
@@ -184,15 +211,16 @@ class Store:
         first = -1
         with self._locked():
             existing = self.slots()
-            taken = {design_key(s.z) for s in existing}
+            taken = self._taken_keys(existing)
             room = budget - len(existing)
             keep: list[Design] = []
-            for d in designs:
+            batch: set[tuple[float, ...]] = set()
+            keys = design_keys([d.z for d in designs]) if designs else []
+            for d, key in zip(designs, keys, strict=True):
                 if len(keep) >= room:
                     break
-                key = design_key(d.z)
-                if key not in taken or not distinct:
-                    taken.add(key)
+                if (key not in taken and key not in batch) or not distinct:
+                    batch.add(key)
                     keep.append(d)
             if keep:
                 first = self._insert(keep)
@@ -308,7 +336,7 @@ class MemoryStore(Store):
         self._attrs[key] = value
 
     def slots(self) -> list[Slot]:
-        return [self._slots[k] for k in sorted(self._slots)]
+        return list(self._slots.values())  # inserted in increasing numbers
 
     def _read(self) -> list[Slot]:
         return []

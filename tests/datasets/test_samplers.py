@@ -19,6 +19,8 @@ from deepflow.datasets.samplers import (
     decode_index,
     decode_integer,
     decode_simplex,
+    encode_simplex,
+    project_simplex,
     simplex_dims,
     unit_cube,
 )
@@ -107,6 +109,35 @@ def test_simplex_parts_sum_to_one_within_bounds(bounds: tuple[list[float], list[
     assert (x >= np.array(low) - 1e-12).all() and (x <= np.array(high) + 1e-12).all()
     # a row's value does not depend on the rest of its batch
     assert np.array_equal(decode_simplex(u[5:6], low, high), x[5:6])
+
+
+@settings(max_examples=100, deadline=None)
+@given(bounds=_bounds(), seed=st.integers(0, 2**16))
+def test_encode_simplex_inverts_decode(bounds: tuple[list[float], list[float]],
+                                       seed: int) -> None:  # fmt: skip
+    low, high = bounds
+    u = np.random.default_rng(seed).random((32, simplex_dims(low, high)))
+    x = decode_simplex(u, low, high)
+    np.testing.assert_allclose(decode_simplex(encode_simplex(x, low, high), low, high), x,
+                               atol=1e-12)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(bounds=_bounds(), seed=st.integers(0, 2**16))
+def test_project_simplex_is_the_nearest_point_of_the_polytope(
+    bounds: tuple[list[float], list[float]], seed: int
+) -> None:
+    low, high = bounds
+    rng = np.random.default_rng(seed)
+    feasible = decode_simplex(rng.random((32, simplex_dims(low, high))), low, high)
+    y = feasible + rng.normal(0.0, 0.3, feasible.shape)
+    p = project_simplex(y, low, high)
+    assert np.allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    assert (p >= np.array(low)).all() and (p <= np.array(high)).all()
+    np.testing.assert_allclose(project_simplex(feasible, low, high), feasible, atol=1e-12)
+    # The projection's optimality condition: (y - p)·(x - p) <= 0 for every feasible x.
+    for x in feasible:
+        assert (((y - p) * (x - p)).sum(axis=1) <= 1e-9).all()
 
 
 def test_unbounded_simplex_is_uniform() -> None:

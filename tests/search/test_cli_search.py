@@ -86,7 +86,7 @@ def test_search_bad_input_exits_2_and_writes_nothing(study: Path, tmp_path: Path
                                       "--strategy", "nsga3"])  # fmt: skip
     assert result.exit_code == 2
     assert (
-        "search.strategy must be one of: botorch, nsga2, tpe, gp, random, surrogate; got "
+        "search.strategy must be one of: botorch, nsga2, tpe, gp, random, surrogate, gradient; got "
         "'nsga3' (did you mean 'nsga2'?)." in result.output
     )
     assert not out.exists()

@@ -41,7 +41,7 @@ def test_cli_style_overrides_are_validated(write_yaml: Callable[..., Path]) -> N
     with pytest.raises(ConfigError) as err:
         study.replace(strategy="nsga3")
     assert (
-        "search.strategy must be one of: botorch, nsga2, tpe, gp, random, surrogate; got "
+        "search.strategy must be one of: botorch, nsga2, tpe, gp, random, surrogate, gradient; got "
         "'nsga3' (did you mean 'nsga2'?)." in str(err.value)
     )
     with pytest.raises(ConfigError, match=r"^--budget must be >= 1; got 0\.$"):
