@@ -965,7 +965,7 @@ def _active_params(case: dict[str, Any], flags: dict[str, bool]) -> float:
     h, ffn = float(m["hidden_size"]), float(m["ffn_hidden_size"])
     heads = float(m["num_attention_heads"])
     kv = float(m.get("num_kv_heads") or heads)
-    d_head = h / heads
+    d_head = float(m.get("head_dim") or h / heads)
     attn = h * heads * d_head * 2 + h * kv * d_head * 2
     mats = 3.0 if m["ffn_activation"] == "swiglu" else 2.0
     ffn_params = mats * h * ffn * float(m.get("experts_per_token", 1))

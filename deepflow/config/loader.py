@@ -624,16 +624,6 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if not isinstance(model, TransformerSpec):
         _check_kernel_parallel(s, mctx)
         return
-    if (
-        wl.kind == "training"
-        and model.head_dim
-        and (model.head_dim * model.num_attention_heads != model.hidden_size)
-    ):
-        raise top.child("workload.model.head_dim").error(
-            f"({model.head_dim}) × num_attention_heads ({model.num_attention_heads}) must equal "
-            f"hidden_size ({model.hidden_size}) for training; a wider head is modelled for "
-            "serving only (workload.kind: inference)."
-        )
     broken = first_violation({d: getattr(m, d) for d in STRUCTURAL}, model,
                              serving=wl.kind == "inference")  # fmt: skip
     if broken is not None:

@@ -119,3 +119,12 @@ def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -
     # 8 KV heads over 8 TP ranks: one head each; over 16, still one (replicated)
     assert kv_message(1, 8) == 8 * kv_message(8, 8) == 8 * kv_message(16, 8)
     assert kv_message(8, 8) == 2 * 8192 * 128 * 2.0
+
+
+def test_a_stated_head_dim_equal_to_hidden_over_heads_changes_nothing() -> None:
+    s = llama()
+    stated = dataclasses.replace(s, workload=dataclasses.replace(
+        s.workload, model=dataclasses.replace(s.workload.model, head_dim=128)))  # fmt: skip
+    a, b = evaluate_one(s), evaluate_one(stated)
+    assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-12)
+    assert b["memory_per_device_B"] == pytest.approx(a["memory_per_device_B"], rel=1e-12)

@@ -175,7 +175,7 @@ def test_tensor_parallel_beyond_the_kv_heads_replicates_them() -> None:
         serving(model="llama3-70b", devices=3, mapping={"tensor_parallel": 3})
 
 
-def test_a_head_wider_than_hidden_over_heads_is_serving_only() -> None:
+def test_a_head_wider_than_hidden_over_heads_serves_and_trains() -> None:
     qwen = evaluate_one(serving(model="qwen3-235b-a22b", devices=8,
                                 mapping={"data_parallel": 8, "expert_parallel": 8},
                                 precision="fp8", kv_cache_precision="fp8"))  # fmt: skip
@@ -183,13 +183,17 @@ def test_a_head_wider_than_hidden_over_heads_is_serving_only() -> None:
     training = {
         "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8},
         "workload": {"model": "qwen3-235b-a22b", "global_batch_size": 8},
-        "mapping": {"data_parallel": 8, "expert_parallel": 8},
-    }
-    message = (r"workload.model.head_dim \(128\) × num_attention_heads \(64\) must equal "
-               r"hidden_size \(4096\) for training; a wider head is modelled for serving only "
-               r"\(workload.kind: inference\)\.")  # fmt: skip
-    with pytest.raises(ConfigError, match=message):
-        scenario_from_mapping(training, file="<t>")
+        "mapping": {"data_parallel": 8, "expert_parallel": 8, "zero_stage": 3,
+                    "activation_recompute": "full"},
+    }  # fmt: skip
+    wide = evaluate_one(scenario_from_mapping(training, file="<t>"))
+    narrow = {**training, "workload": {**training["workload"], "model": {
+        "base": "qwen3-235b-a22b", "head_dim": 64}}}  # fmt: skip
+    # heads x head_dim = 8192 against 4096: the QKV and projection GEMMs and attention grow
+    narrower = evaluate_one(scenario_from_mapping(narrow, file="<t>"))
+    assert wide["breakdown_s"]["gemm"] > narrower["breakdown_s"]["gemm"]
+    assert wide["breakdown_s"]["attention"] > narrower["breakdown_s"]["attention"]
+    assert wide["memory_breakdown_B"]["weights"] > narrower["memory_breakdown_B"]["weights"]
 
 
 def test_moe_decode_reads_only_the_experts_its_tokens_use() -> None:

@@ -343,7 +343,6 @@ class InferenceWorkload(Workload):
         assert isinstance(model, TransformerSpec)
         kv = workload.kv_cache_precision or workload.precision
         values = transformer_values(model, mapping, workload.global_batch_size) | {
-            "head_dim": float(model.head_dim),
             "input_tokens": float(workload.input_tokens),
             "output_tokens": float(workload.output_tokens),
             "kv_cache_bytes": BYTES_PER_ELEMENT[kv],

@@ -37,6 +37,7 @@ MODEL_COLUMNS = (
     "hidden_size",
     "num_attention_heads",
     "num_kv_heads",
+    "head_dim",
     "ffn_hidden_size",
     "swiglu",
     "seq_length",
@@ -75,6 +76,7 @@ def transformer_values(
         "hidden_size": float(model.hidden_size),
         "num_attention_heads": float(model.num_attention_heads),
         "num_kv_heads": float(model.num_kv_heads),
+        "head_dim": float(model.head_dim),  # 0: hidden_size / num_attention_heads
         "ffn_hidden_size": float(model.ffn_hidden_size),
         "swiglu": float(model.ffn_activation == "swiglu"),
         "seq_length": float(model.seq_length),

@@ -76,6 +76,7 @@ def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
     (code 3) keeps the layer input, the attention output and every second matmul's output.
     """
     arrays = {k: np.asarray(v, dtype=float) for k, v in x.items()}
+    arrays.setdefault("head_dim", np.asarray(0.0))  # 0: hidden / heads
     fp8 = arrays.pop("fp8", np.asarray(0.0)) > 0
     return np.asarray(_activation_bytes(arrays, ArrayOps, fp8=fp8), dtype=float)
 
@@ -92,13 +93,15 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
     mats = 2.0 + x["swiglu"]
     sbh = s_loc * mb * h
     g = kv / a
+    # attention width over hidden: 1 unless the model states a wider (or narrower) head_dim
+    w = o.where(x["head_dim"] > 0, a * x["head_dim"] / h, 1.0)
     f_h = x["ffn_hidden_size"] / h
     # FP8 GEMM inputs kept in 1 byte (TE Linear saves its FP8 cast): QKV and fc1 inputs
     # (unsplit) 1 each, projection input 1 and fc2 input F/h (split) (§C2.2)
     fp8_unsplit = o.where(fp8, 2.0, 0.0)
-    fp8_split = o.where(fp8, 1.0 + f_h, 0.0)
-    # split by t: Q 2, K 2g, V 2g, projection input 2, MLP inputs 2·(mats)·F/h (GeLU 16)
-    split = 2 + 4 * g + 2 + 2 * mats * f_h - fp8_split
+    fp8_split = o.where(fp8, w + f_h, 0.0)
+    # split by t: Q 2, K 2g, V 2g, projection input 2 (× w), MLP inputs 2·(mats)·F/h (GeLU 16)
+    split = 2 * w + 4 * g * w + 2 * w + 2 * mats * f_h - fp8_split
     # not split without SP: 2 LayerNorm inputs 4, QKV and fc1 inputs 2 + 2, dropout masks 2
     unsplit = 4 + 2 + 2 + 2 * dropout - fp8_unsplit
     per_sbh = o.where(sp, (split + unsplit) / tp, unsplit + split / tp)
@@ -111,7 +114,7 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
     # per-op selective (PyTorch SAC as in torchtitan's _apply_ac_to_transformer_block): the
     # layer input 2, the attention output 2 (+ fp32 log-sum-exp) and every second matmul's
     # output (Q 2, V 2g, MLP up 2F/h, MLP down 2), 16-bit, split by t
-    ops = sbh * (2 + 2 + 2 + 2 * g + 2 * f_h + 2) / tp + 4 * a * s_loc * mb / tp
+    ops = sbh * (2 + 2 * w + 2 * w + 2 * g * w + 2 * f_h + 2) / tp + 4 * a * s_loc * mb / tp
     return o.where(rc == FULL_RECOMPUTE, full, o.where(rc == OP_RECOMPUTE, ops, kept))
 
 

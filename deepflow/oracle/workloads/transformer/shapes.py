@@ -50,7 +50,7 @@ class Inputs(NamedTuple):
     rc: Any  #: recompute code: 0 none, 1 selective, 2 full
     zero: Any  #: ZeRO stage (3: ZeRO-3 / FSDP)
     flash: Any  #: fused (flash) attention (bool)
-    d_h: Any  #: head dimension h / a
+    d_h: Any  #: head dimension: the model's ``head_dim``, else h / a
     moe: Any  #: a mixture-of-experts model (bool)
     mats: Any  #: MLP matrices: 2 (GeLU) or 3 (SwiGLU)
     m: Any  #: micro-batches per pipeline
@@ -103,7 +103,7 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         rc=x["recompute"],
         zero=x["zero_stage"],
         flash=x["flash_attention"] > 0,
-        d_h=h / a,
+        d_h=head_width(x, o),
         moe=experts > 1,
         mats=2.0 + x["swiglu"],
         m=x["global_batch_size"] / (mb * dp),
@@ -130,6 +130,13 @@ def _slow16(caps: DeviceCaps) -> Any:
     return float(ratio) if np.ndim(ratio) == 0 else ratio
 
 
+def head_width(x: Mapping[str, Any], o: Any) -> Any:
+    """The width of one attention head: ``head_dim`` where the model states one (Qwen3,
+    MaxText: heads × head_dim ≠ hidden), else hidden / heads."""
+    h, a = x["hidden_size"], x["num_attention_heads"]
+    return o.where(x["head_dim"] > 0, x["head_dim"], h / a)
+
+
 def params_per_layer(x: Mapping[str, Any], o: Any) -> Any:
     """Weights of one transformer layer (attention + MLP or experts + norms), elements."""
     h, a, kv, ffn = (
@@ -138,7 +145,7 @@ def params_per_layer(x: Mapping[str, Any], o: Any) -> Any:
         x["num_kv_heads"],
         x["ffn_hidden_size"],
     )
-    d_h = h / a
+    d_h = head_width(x, o)
     attn = h * (a + 2 * kv) * d_h + a * d_h * h
     mats = 2.0 + x["swiglu"]  # GeLU: 2 matrices; SwiGLU: gate, up, down (docs/model.md §C1.1)
     mlp = mats * h * ffn * x["num_experts"]
@@ -162,7 +169,7 @@ def model_flops(x: Mapping[str, Any], o: Any) -> Any:
     """:func:`model_flops_per_step` over ``o``'s operations."""
     h, a, kv = x["hidden_size"], x["num_attention_heads"], x["num_kv_heads"]
     s, tokens = x["seq_length"], x["global_batch_size"] * x["seq_length"]
-    d_h = h / a
+    d_h = head_width(x, o)
     mats = 2.0 + x["swiglu"]
     per_token_layer = (
         2 * h * (a + 2 * kv) * d_h
