@@ -73,6 +73,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
     (r"v100", "v100-sxm2-32gb", "dgx-v100"),
     (r"tpu ?-?v4", "tpu-v4", "tpu-v4-pod"),
     (r"tpu ?-?v5 ?(e|lite)", "tpu-v5e", "tpu-v5e-pod"),
+    (r"tpu ?-?v5 ?p", "tpu-v5p", "tpu-v5p-pod"),
 )
 
 #: How the public groups' frameworks ran where the case leaves it unstated (each entry cites
@@ -198,7 +199,7 @@ def accelerator_presets(case: dict[str, Any]) -> tuple[str, str]:
         peaks = [float(_preset_raw("devices", d)["peak_dense_TFLOPS"]["fp16"]) for d, _ in gpus]
         best = min(range(len(gpus)), key=lambda i: abs(math.log(peak / peaks[i])))
         return gpus[best]
-    known = "A100, H100/H800, H200/GH200, B200/B300, GB200, V100, TPU v4, TPU v5e"
+    known = "A100, H100/H800, H200/GH200, B200/B300, GB200, V100, TPU v4, TPU v5e, TPU v5p"
     raise ConfigError(
         f"{_where(case)}: hardware.accelerator {name!r} is not an accelerator deepflow has a "
         f"preset for (known: {known}), and hardware.peak_dense_tflops states no 16-bit peak "
@@ -292,7 +293,31 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # Megatron's asynchronous backward TP collectives; DTensor (torchtitan) waits
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,
-            "cross_entropy": _cross_entropy(text, software_date(case))}  # fmt: skip
+            "cross_entropy": _cross_entropy(text, software_date(case)),
+            **_compiled_stack_flags(case)}  # fmt: skip
+
+
+#: The reader's flags that a compiled (JAX/XLA) stack's profile sets instead of the text
+#: heuristics above, which describe PyTorch stacks (CUDA kernels, NCCL, Megatron switches).
+_PROFILE_FLAGS = {
+    "flash_attention": "flash",
+    "tp_comm_overlap": "tp_overlap",
+    "overlap_grad_reduce": "dp_overlap",
+    "overlap_p2p_comm": "p2p_overlap",
+    "fp8_weight_cache": "fp8_weight_cache",
+    "cross_entropy": "cross_entropy",
+}
+
+
+def _compiled_stack_flags(case: dict[str, Any]) -> dict[str, Any]:
+    """The profile's switches for a case run by a compiled stack (``maxtext-tpu``): XLA
+    schedules every collective asynchronously (its latency-hiding scheduler) and fuses the
+    loss, whatever the PyTorch-era rules of :func:`framework` would infer from the text
+    (``configs/frameworks/maxtext-tpu.yaml`` cites both)."""
+    if framework_profile(case) != "maxtext-tpu":
+        return {}
+    mapping = _preset_raw("frameworks", "maxtext-tpu")["mapping"]
+    return {flag: mapping[knob] for knob, flag in _PROFILE_FLAGS.items() if knob in mapping}
 
 
 def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:

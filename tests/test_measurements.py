@@ -50,6 +50,7 @@ def _case(group: str = "llm_foundry_a100_80", index: int = 0) -> dict[str, Any]:
         ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb", "dgx-v100"),
         ("Google TPU v4", "tpu-v4", "tpu-v4-pod"),
         ("TPU v5e", "tpu-v5e", "tpu-v5e-pod"),
+        ("Google TPU v5p", "tpu-v5p", "tpu-v5p-pod"),
     ],
 )
 def test_accelerator_names_map_to_presets(name: str, device: str, network: str) -> None:
@@ -401,6 +402,23 @@ def test_tpu_cases_count_devices_not_gpus() -> None:
     del case["training"]["num_devices"]
     with pytest.raises(ConfigError, match=r"training.num_gpus \(or num_devices\) is missing\."):
         training_case_scenario(case)
+
+
+def test_maxtext_cases_take_the_xla_profiles_switches_not_the_pytorch_heuristics() -> None:
+    case = _titan()
+    case["category"] = "end_to_end_training"
+    case["hardware"] = {"accelerator": "Google TPU v5p"}
+    case["training"] = {"framework": "MaxText (JAX/XLA on TPU)", "num_devices": 64, "tp": 4,
+                        "fsdp": 16, "local_batch_size": 4, "global_batch_size": 64}  # fmt: skip
+    case["measured"] = {"tokens_per_s_per_gpu": 3000.0}
+    mapping = training_case_scenario(case).mapping
+    # configs/frameworks/maxtext-tpu.yaml: XLA overlaps TP collectives and fuses the loss;
+    # the text rules alone would give no TP overlap and Megatron's vocab-parallel loss
+    assert mapping.tp_comm_overlap is True
+    assert mapping.cross_entropy == "fused"
+    assert mapping.fp8_weight_cache is False
+    titan = _titan()
+    assert training_case_scenario(titan).mapping.cross_entropy != "fused"
 
 
 def test_a_stated_power_limit_and_memory_bandwidth_reach_the_device() -> None:

@@ -14,11 +14,11 @@ CONFIGS = builtin_config_dir()
 
 CONTRACT_DEVICES = [
     "v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb",
-    "b200", "gb200", "gb300", "tpu-v4", "tpu-v5e",
+    "b200", "gb200", "gb300", "tpu-v4", "tpu-v5e", "tpu-v5p",
 ]  # fmt: skip
 CONTRACT_NETWORKS = [
     "dgx-v100", "dgx-a100", "dgx-h100", "dgx-b200", "gb200-nvl72", "tpu-v4-pod", "tpu-v5e-pod",
-    "waferscale-20xv100",
+    "tpu-v5p-pod", "waferscale-20xv100",
 ]  # fmt: skip
 CONTRACT_MODELS = [
     "gpt3-175b", "megatron-1t", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
