@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit slow wheel tour bench clean chromium
+.PHONY: run test lint typecheck unit slow wheel tour cluster bench clean chromium
 
 # torch==2.13.0 (CPU wheel on this machine's disk) goes in first, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml constraints.txt
@@ -51,7 +51,13 @@ wheel: $(STAMP)
 tour: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/test_readme.py
 
-test: lint typecheck unit wheel tour
+# Sweeps on a real local Ray cluster (tests/datasets/test_ray.py starts `ray start --head` on a free
+# port and stops it): byte-identical to the local backend with a worker killed mid-run, and the
+# lost-head message with --resume (about 2 min on 2 cores).
+cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/datasets/test_ray.py
+
+test: lint typecheck unit wheel tour cluster
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
