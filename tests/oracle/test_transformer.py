@@ -70,8 +70,11 @@ def test_public_validation_figures() -> None:
     # group-weighted mean <= 6 %). The PTD-P rows of Narayanan Table 2 within a few %; its
     # DeepSpeed ZeRO-3 rows are bound by the framework's per-parameter collectives
     # (frameworks.yaml) and run 6-40 % slow (README).
+    # (XLA's TPU matmuls calibrate only the TPU family, no training group: tests/oracle/
+    # test_kernels.py bounds them)
     calibrated = {k: g for k, g in groups.items()
-                  if k not in _MODERN_GROUPS and g["kind"] == "performance"}  # fmt: skip
+                  if k not in (*_MODERN_GROUPS, "jax_xla_matmul_tpu_v5e")
+                  and g["kind"] == "performance"}  # fmt: skip
     assert max(g["mean_abs_error"] for g in calibrated.values()) <= 0.15
     ptdp = [abs(r["error"]) for r in report["cases"] if "_t2_ptdp_" in r["id"]]
     assert max(ptdp) <= 0.04
