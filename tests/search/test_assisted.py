@@ -315,3 +315,21 @@ def test_a_resumed_search_does_not_prescreen_again(tmp_path: Any) -> None:
     assert again.rows["source"].tolist().count("prescreen") == kept
     assert len(again.rows) == kept + 8
 
+
+# ------------------------------------------------------------------ BoTorch's encoding
+def test_encode_features_places_mappings_by_their_degrees(llm_space: SearchSpace) -> None:
+    from deepflow.search.searchers import encode_features
+
+    j, _, table = _mapping(llm_space)
+    z = llm_space.from_unit(np.random.default_rng(0).random((2, llm_space.num_dims)))
+    a = _row(table, tensor_parallel=2, pipeline_parallel=1, micro_batch_size=1)
+    b = _row(table, tensor_parallel=4, pipeline_parallel=1, micro_batch_size=1)
+    z[:, j] = [a, b]
+    z[1] = np.where(np.arange(llm_space.num_dims) == j, z[1], z[0])
+    x = encode_features(z, llm_space)
+    # 22 continuous, 2 ordered integers, 4 mapping degrees, one-hot 3 + 2 + 3 + 2
+    assert x.shape == (2, 22 + 2 + 4 + 10)
+    assert x.min() >= 0 and x.max() <= 1
+    diff = np.flatnonzero(x[0] != x[1])
+    assert len(diff) == 2  # tp doubled, dp halved: two degree columns, nothing else
+    assert np.linalg.norm(x[0] - x[1]) == pytest.approx(np.sqrt(2) / 9)
