@@ -102,15 +102,33 @@ def moead_history(study: Any, *, seed: int, budget: int, population: int,
     return [dict(h) for h in run.history]
 
 
-def loop_history(study: Any, strategy: str, *, seed: int, budget: int,
-                 batch_size: int) -> tuple[list[dict[str, float]], dict[str, Any]]:  # fmt: skip
-    """A loop strategy in memory: hypervolume, evaluations and seconds after each batch."""
+def loop_history(
+    study: Any,
+    strategy: str,
+    *,
+    seed: int,
+    budget: int,
+    batch_size: int,
+    prescreen: tuple[int, int] | None = None,
+) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """A loop strategy in memory: hypervolume, evaluations and seconds after each batch.
+    ``surrogate`` keeps the study's prescreen, the others get ``prescreen`` (evaluations,
+    points) or none."""
     from deepflow.pipeline import prepare_surrogate
     from deepflow.search.base import SearchConfig, run_search
 
     start_s = time.perf_counter()
     search = dataclasses.replace(study.search, strategy=strategy, budget=budget, seed=seed,
                                  batch_size=batch_size)  # fmt: skip
+    if strategy != "surrogate":
+        evaluations, points = prescreen or (0, 1)
+        search = dataclasses.replace(
+            search,
+            prescreen_evaluations=evaluations,
+            prescreen_population=1000,
+            prescreen_points=points,
+            initial_points=0 if prescreen else search.initial_points,
+        )
     model, dataset, extra = None, None, 0
     if strategy == "surrogate":
         import tempfile
@@ -140,7 +158,9 @@ def loop_history(study: Any, strategy: str, *, seed: int, budget: int,
         for h in result.hypervolume_history
     ]
     timings = dict(result.timings_s)
-    extra += int((result.surrogate or {}).get("prescreen_evaluations", 0) or 0)
+    if outside:  # the prescreen's oracle labels (whole generations)
+        population = search.prescreen_population
+        extra += search.prescreen_evaluations // population * population
     return history, {"extra_labels": extra, "timings_s": timings}
 
 
@@ -232,7 +252,13 @@ def main() -> None:
                         help="evaluations per run (0: per strategy, see BUDGETS)")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=0, help="0: the study's")
     parser.add_argument("--population", type=int, default=1000, help="moead")
-    parser.add_argument("--generations", type=int, default=300, help="moead")
+    parser.add_argument("--generations", type=int, default=0,
+                        help="moead (0: as many as the budget allows)")  # fmt: skip
+    parser.add_argument("--prescreen", type=int, nargs=2, default=None,
+                        metavar=("EVALUATIONS", "POINTS"),
+                        help="the loop strategies but surrogate (which runs the study's) "
+                        "start from a MOEA/D prescreen of this many oracle evaluations "
+                        "(population 1,000), thinned to POINTS designs")  # fmt: skip
     parser.add_argument("--gradient-batch", type=int, default=GRADIENT_BATCH)
     parser.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
     parser.add_argument("--json", default="", help="write the histories here")
@@ -279,14 +305,19 @@ def main() -> None:
             if strategy == "sweep":
                 history = sweep_history(study, seed=seed, num=budget)
             elif strategy == "moead":
+                generations = args.generations or budget // args.population - 1
                 history = moead_history(study, seed=seed, budget=budget,
                                         population=args.population,
-                                        generations=args.generations)  # fmt: skip
+                                        generations=generations)  # fmt: skip
             else:
                 size = args.gradient_batch if strategy == "gradient" else batch
+                start = None if strategy == "surrogate" else args.prescreen
                 history, extra = loop_history(study, strategy, seed=seed, budget=budget,
-                                              batch_size=size)  # fmt: skip
-            run = {"strategy": strategy, "seed": seed, "budget": budget, "history": history,
+                                              batch_size=size, prescreen=start)  # fmt: skip
+            label = strategy
+            if args.prescreen and strategy not in ("sweep", "moead", "surrogate"):
+                label = f"{strategy}+prescreen"
+            run = {"strategy": label, "seed": seed, "budget": budget, "history": history,
                    **extra}  # fmt: skip
             runs.append(run)
             print(per_seed_lines(run, ref), flush=True)

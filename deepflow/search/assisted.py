@@ -1,11 +1,12 @@
 """Surrogate-assisted search: search on a fitted surrogate, verify on the oracle, refit.
 
-Optionally first a **prescreen** (``surrogate.prescreen_evaluations`` > 0,
-:meth:`SurrogateSearcher.prescreen`): a vectorised MOEA/D run on the oracle itself, whose
-thinned Pareto designs the loop stores as trials outside the budget. On the default study
-it holds 99.1 % of the best-known hypervolume after 600,000 evaluations (about 30 s on one
-loaded core), where the surrogate's 96 rounds alone reached 87.6 %; a front of 96 designs
-cannot hold 99 % (the best 96 points of the best-known front hold 98.8 %).
+Optionally first a **prescreen** (``search.prescreen_evaluations``,
+:meth:`~deepflow.search.searchers.HistorySearcher.prescreen`): a vectorised MOEA/D run on
+the oracle itself, whose thinned Pareto designs the loop stores as trials outside the
+budget. On the default study it holds 99.1 % of the best-known hypervolume after 600,000
+evaluations (about 30 s on one loaded core), where the surrogate's 96 rounds alone reached
+87.6 %; a front of 96 designs cannot hold 99 % (the best 96 points of the best-known front
+hold 98.8 %).
 
 Each round (one batch of oracle evaluations):
 
@@ -223,7 +224,6 @@ class SurrogateSearcher(HistorySearcher):
         self.fitted_on = -1
         self.report: dict[str, Any] | None = None
         self.timings = {"fit": 0.0, "inner": 0.0}
-        self.prescreen_record: dict[str, Any] | None = None
         self.modelled: list[str] = []
         self.classify = True  # a given model: its classifier decides feasibility
 
@@ -232,51 +232,6 @@ class SurrogateSearcher(HistorySearcher):
         names = [o.column for o in self.config.objectives]
         names += [b.column for b in self.config.bounds if b.column not in names]
         return names
-
-    # ------------------------------------------------------------------ prescreen
-    def prescreen(self) -> Proposals | None:
-        """The oracle's own batched search before the first round (None without one).
-
-        With ``surrogate.prescreen_evaluations`` > 0, a vectorised MOEA/D run
-        (:func:`~deepflow.search.evolution.evolve`, ``prescreen_population`` designs a
-        generation, one oracle call each, as many generations as the evaluations allow) on
-        the oracle itself: it labels ~10^4 designs a second in batches, where the loop
-        labels one batch per round. Its feasible Pareto designs, thinned to at most
-        ``prescreen_points`` (:func:`~deepflow.search.pareto.thin_front`), are what the loop
-        stores as trials (source ``prescreen``, outside the budget, evaluated again by the
-        loop like any trial); the surrogate's rounds then improve on that front. The run is
-        seeded by the search's seed only, so a resumed search makes the same designs.
-        """
-        from deepflow.search.base import Proposals
-        from deepflow.search.evolution import evolve
-        from deepflow.search.pareto import thin_front
-
-        s = self.settings
-        population = s.prescreen_population
-        if s.prescreen_evaluations < population:
-            return None
-        start = time.perf_counter()
-        run = evolve(
-            self.problem,
-            self.config.objectives,
-            self.config.bounds,
-            population=population,
-            generations=s.prescreen_evaluations // population - 1,
-            seed=self.config.search.seed,
-        )
-        keep, _ = thin_front(run.archive.points, s.prescreen_points)
-        z = run.archive.data["z"][keep]
-        seconds = time.perf_counter() - start
-        last = run.history[-1]
-        self.prescreen_record = {
-            "evaluations": int(last["evaluations"]),
-            "seconds": seconds,
-            "archive_size": len(run.archive),
-            "archive_hypervolume": float(last["hypervolume"]),
-            "kept": len(z),
-        }
-        self.timings["prescreen"] = seconds
-        return Proposals(z, info=[{"prescreen": True} for _ in range(len(z))], source="prescreen")
 
     def surrogate_problem(self) -> _ModelProblem:
         """The fitted surrogate as a problem (for the inner search and the pool)."""

@@ -107,6 +107,7 @@ class HistorySearcher:
         self.num_told = 0
         self.batches_told: list[Proposals] = []
         self.salt = 0  # asks since the last tell
+        self.prescreen_record: dict[str, Any] | None = None
 
     def tell(self, proposals: Proposals, results: Results) -> None:
         self._z.append(np.asarray(proposals.z, dtype=float))
@@ -120,6 +121,37 @@ class HistorySearcher:
         self.num_told += len(proposals)
         self.batches_told.append(proposals)
         self.salt = 0
+
+    def prescreen(self) -> Proposals | None:
+        """The designs to store before the budget's (None: no prescreen).
+
+        With ``search.prescreen_evaluations`` >= ``search.prescreen_population``: a
+        vectorised MOEA/D run on the problem itself
+        (:func:`~deepflow.search.evolution.prescreen`: one oracle call a generation, about
+        10^4 designs a second on the default study), its Pareto designs thinned to at most
+        ``search.prescreen_points``. The loop stores and evaluates them as one batch of
+        trials (source ``prescreen``) outside the budget, once per study, so the strategy
+        starts from that front; the run is seeded by the search's seed only.
+        """
+        from deepflow.search.base import Proposals
+        from deepflow.search.evolution import prescreen
+
+        s = self.context.config.search
+        evaluations = int(getattr(s, "prescreen_evaluations", 0))
+        population = int(getattr(s, "prescreen_population", 1000))
+        out = prescreen(
+            self.context.problem,
+            self.context.config.objectives,
+            self.context.config.bounds,
+            evaluations=evaluations,
+            population=population,
+            points=int(getattr(s, "prescreen_points", 1024)),
+            seed=s.seed,
+        )
+        if out is None:
+            return None
+        z, self.prescreen_record = out
+        return Proposals(z, info=[{"prescreen": True} for _ in range(len(z))], source="prescreen")
 
     def next_salt(self) -> int:
         """The salt of this ask (0 for the first ask after a tell)."""

@@ -274,10 +274,9 @@ def _prescreen_config(budget: int, *, evaluations: int, points: int = 16) -> Sea
         name="toy",
         objectives=OBJECTIVES,
         search=SearchSettings(strategy="surrogate", budget=budget, batch_size=4,
-                              initial_points=4, seed=0),
-        surrogate=SurrogateSettings(model="gbt", inner_budget=0, pool_size=200,
-                                    prescreen_evaluations=evaluations, prescreen_population=50,
-                                    prescreen_points=points),
+                              initial_points=4, seed=0, prescreen_evaluations=evaluations,
+                              prescreen_population=50, prescreen_points=points),
+        surrogate=SurrogateSettings(model="gbt", inner_budget=0, pool_size=200),
     )  # fmt: skip
 
 
