@@ -143,18 +143,24 @@ def loop_history(
         search=search,
         surrogate=study.surrogate,
     )
-    seconds: dict[int, float] = {}
+    reports: list[tuple[int, float]] = []  # (evaluations done, seconds) as the loop reports
 
     def progress(done: int, total: int) -> None:
-        seconds.setdefault(done, time.perf_counter() - start_s)
+        reports.append((done, time.perf_counter() - start_s))
 
     result = run_search(OracleProblem(study.space), config, storage=None, progress=progress,
                         surrogate_model=model, dataset=dataset)  # fmt: skip
     total = time.perf_counter() - start_s
     # The loop reports its budget's evaluations; a prescreen's trials come first.
     outside = int((result.rows["source"] == "prescreen").sum()) if len(result.rows) else 0
+
+    def seconds(evaluations: int) -> float:
+        """When the loop first reported at least ``evaluations`` done (a strategy's asks
+        may be shorter than the batch, so reports and checkpoints need not coincide)."""
+        return next((t for done, t in reports if done >= evaluations), total)
+
     history = [
-        dict(h, seconds=seconds.get(int(h["evaluations"]) - outside, total))
+        dict(h, seconds=seconds(int(h["evaluations"]) - outside))
         for h in result.hypervolume_history
     ]
     timings = dict(result.timings_s)
