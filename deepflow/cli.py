@@ -717,10 +717,10 @@ def _search_options(study_path: Path, strategy: str | None, budget: int | None,
     from deepflow.search.study import load_study
 
     study = load_study(study_path)
-    if strategy is not None and strategy != study.search.strategy:
-        # Another strategy starts as it would alone: the study's prescreen and Sobol start
-        # are tuned to its own strategy (the default study's 600,000-evaluation prescreen
-        # would hand BoTorch's GP 757 designs).
+    if strategy not in (None, study.search.strategy) and study.search.prescreen_evaluations:
+        # Another strategy starts as it would alone: the study's prescreen (in place of a
+        # Sobol start) is tuned to its own strategy (the default study's 600,000-evaluation
+        # prescreen would hand BoTorch's GP 757 designs).
         import dataclasses
 
         from deepflow.search.study import SearchSettings
@@ -803,7 +803,7 @@ def search(
         typer.Option(
             "--strategy",
             help="botorch, nsga2, tpe, gp, gradient, random or surrogate (another strategy "
-            "than the study's starts as it would alone: no prescreen, at least 16 Sobol "
+            "than the study's skips its prescreen and starts from at least 16 Sobol "
             "designs).",
         ),
     ] = None,
