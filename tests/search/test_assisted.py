@@ -3,6 +3,8 @@ constraint models, and the strategy on the toy problem."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -264,3 +266,69 @@ def test_the_surrogate_strategy_with_a_gp_nears_the_toy_front() -> None:
     assert result.hypervolume >= 0.8 * true_hypervolume()
     front = result.rows[result.rows["pareto"]]
     assert (front["c_limit"] <= 0).all()
+
+
+# ------------------------------------------------------------------ prescreen
+def _prescreen_config(budget: int, *, evaluations: int, points: int = 16) -> SearchConfig:
+    return SearchConfig(
+        name="toy",
+        objectives=OBJECTIVES,
+        search=SearchSettings(strategy="surrogate", budget=budget, batch_size=4,
+                              initial_points=4, seed=0, prescreen_evaluations=evaluations,
+                              prescreen_population=50, prescreen_points=points),
+        surrogate=SurrogateSettings(model="gbt", inner_budget=0, pool_size=200),
+    )  # fmt: skip
+
+
+def test_a_prescreen_is_stored_as_trials_outside_the_budget() -> None:
+    problem = ToyProblem()
+    result = run_search(problem, _prescreen_config(8, evaluations=1000, points=16),
+                        storage=None)  # fmt: skip
+    sources = result.rows["source"].tolist()
+    kept = sources.count("prescreen")
+    assert 0 < kept <= 16  # the evolution's front, thinned
+    assert sources[:kept] == ["prescreen"] * kept  # stored first, as one batch
+    # the budget is the search's own: the Sobol start, then the surrogate's rounds
+    assert sources.count("initial") == 4 and sources.count("search") == 4
+    # 20 generations of 50 in one oracle call each, then the loop's evaluations
+    assert problem.calls >= 20
+    assert result.surrogate is not None
+    assert result.surrogate["prescreen_evaluations"] == 1000
+    assert result.hypervolume_history[0]["evaluations"] == kept  # its own checkpoint
+    # The evolution's front is near the toy's true front before any surrogate round.
+    assert result.hypervolume_history[0]["hypervolume"] >= 0.85 * true_hypervolume()
+
+
+def test_no_prescreen_below_one_population() -> None:
+    result = run_search(ToyProblem(), _prescreen_config(8, evaluations=49), storage=None)
+    assert "prescreen" not in set(result.rows["source"])
+    assert len(result.rows) == 8
+    assert result.surrogate is not None and result.surrogate["prescreen"] is None
+
+
+def test_a_resumed_search_does_not_prescreen_again(tmp_path: Any) -> None:
+    storage = str(tmp_path / "journal.log")
+    first = run_search(ToyProblem(), _prescreen_config(4, evaluations=500), storage=storage)
+    again = run_search(ToyProblem(), _prescreen_config(8, evaluations=500), storage=storage)
+    kept = first.rows["source"].tolist().count("prescreen")
+    assert again.rows["source"].tolist().count("prescreen") == kept
+    assert len(again.rows) == kept + 8
+
+
+# ------------------------------------------------------------------ BoTorch's encoding
+def test_encode_features_places_mappings_by_their_degrees(llm_space: SearchSpace) -> None:
+    from deepflow.search.searchers import encode_features
+
+    j, _, table = _mapping(llm_space)
+    z = llm_space.from_unit(np.random.default_rng(0).random((2, llm_space.num_dims)))
+    a = _row(table, tensor_parallel=2, pipeline_parallel=1, micro_batch_size=1)
+    b = _row(table, tensor_parallel=4, pipeline_parallel=1, micro_batch_size=1)
+    z[:, j] = [a, b]
+    z[1] = np.where(np.arange(llm_space.num_dims) == j, z[1], z[0])
+    x = encode_features(z, llm_space)
+    # 22 continuous, 2 ordered integers, 4 mapping degrees, one-hot 3 + 2 + 3 + 2
+    assert x.shape == (2, 22 + 2 + 4 + 10)
+    assert x.min() >= 0 and x.max() <= 1
+    diff = np.flatnonzero(x[0] != x[1])
+    assert len(diff) == 2  # tp doubled, dp halved: two degree columns, nothing else
+    assert np.linalg.norm(x[0] - x[1]) == pytest.approx(np.sqrt(2) / 9)

@@ -173,3 +173,16 @@ def test_a_serving_study_runs_end_to_end_with_verified_designs(
     for design in pareto["designs"]:
         assert design["config"]["workload"]["kind"] == "inference"
         assert design["outputs"]["tpot_s"] <= 0.05 and design["outputs"]["ttft_s"] <= 2.0
+
+
+def test_another_strategy_than_the_studys_starts_without_its_prescreen() -> None:
+    from deepflow.cli import _search_options
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "studies" / "default.yaml"
+    own = _search_options(path, None, None, None).search
+    assert own.prescreen_evaluations > 0 and own.initial_points == 0
+    other = _search_options(path, "botorch", 24, None).search
+    assert other.strategy == "botorch" and other.budget == 24
+    assert other.prescreen_evaluations == 0 and other.initial_points == 16
+    same = _search_options(path, "surrogate", None, None).search
+    assert same.prescreen_evaluations == own.prescreen_evaluations

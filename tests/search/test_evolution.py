@@ -55,3 +55,39 @@ def test_bad_sizes_are_refused_with_a_message() -> None:
     assert str(err.value) == (
         "evolve needs population >= 2, generations >= 0 and neighbours >= 1; got 1, 3 and 20."
     )
+
+
+def test_prescreen_keeps_the_thinned_front_and_needs_one_population() -> None:
+    from deepflow.search.evolution import prescreen
+
+    problem = ToyProblem()
+    assert prescreen(problem, OBJECTIVES, evaluations=49, population=50, points=8) is None
+    out = prescreen(problem, OBJECTIVES, evaluations=1000, population=50, points=8, seed=3)
+    assert out is not None
+    z, record = out
+    assert 0 < len(z) <= 8 and record["kept"] == len(z)
+    assert record["evaluations"] == 1000  # 20 generations of 50, the first included
+    assert record["archive_size"] >= len(z)
+    again, _ = prescreen(ToyProblem(), OBJECTIVES, evaluations=1000, population=50, points=8,
+                         seed=3)  # fmt: skip
+    np.testing.assert_array_equal(z, again)  # seeded
+
+
+def test_any_history_strategy_starts_from_a_prescreen() -> None:
+    from deepflow.search.base import SearchConfig, run_search
+    from deepflow.search.study import SearchSettings
+
+    config = SearchConfig(
+        name="toy",
+        objectives=OBJECTIVES,
+        search=SearchSettings(strategy="random", budget=8, batch_size=4, initial_points=0,
+                              prescreen_evaluations=1000, prescreen_population=50,
+                              prescreen_points=12),
+    )  # fmt: skip
+    result = run_search(ToyProblem(), config, storage=None)
+    sources = result.rows["source"].tolist()
+    assert 0 < sources.count("prescreen") <= 12 and sources.count("search") == 8
+    plain = run_search(ToyProblem(), SearchConfig(name="toy", objectives=OBJECTIVES,
+                       search=SearchSettings(strategy="random", budget=8, batch_size=4,
+                                             initial_points=0)), storage=None)  # fmt: skip
+    assert result.hypervolume > plain.hypervolume

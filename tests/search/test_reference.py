@@ -105,3 +105,21 @@ def test_the_sweep_front_is_the_same_on_one_process_or_two() -> None:
     assert str(err.value) == (
         "sweep_front needs num_samples, chunk_rows and workers >= 1; got 0, 65536 and 1."
     )
+
+
+def test_thin_front_keeps_one_point_per_cell_and_bounds_the_loss() -> None:
+    from deepflow.search.pareto import hypervolume, pareto_mask, thin_front
+
+    rng = np.random.default_rng(0)
+    points = np.abs(rng.standard_normal((3000, 3)))
+    points /= np.linalg.norm(points, axis=1, keepdims=True)  # the unit sphere: all on the front
+    assert pareto_mask(points).all()
+    keep, size = thin_front(points, 50)
+    assert 0 < len(keep) <= 50 and size > 0
+    assert np.all(np.diff(keep) > 0)  # sorted, distinct
+    # Every dropped point has a kept one in its cell: the loss is below the cell's size
+    # times the surface of the unit box's faces it can touch (3 faces of area 1).
+    lost = hypervolume(points) - hypervolume(points[keep])
+    assert 0 <= lost <= 3 * size
+    whole, zero = thin_front(points[:10], 50)
+    assert whole.tolist() == list(range(10)) and zero == 0.0
