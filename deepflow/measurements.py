@@ -42,6 +42,7 @@ __all__ = [
     "measured_peak_memory",
     "measured_step_time_s",
     "serving_scheduler",
+    "slice_shape",
     "software_date",
     "source_year",
     "training_case_scenario",
@@ -577,6 +578,23 @@ def _scale_out_GBps(case: dict[str, Any], per_node: int) -> float | None:
     return None
 
 
+def slice_shape(chips: int, dims: int) -> tuple[int, ...]:
+    """The torus of a TPU slice of ``chips`` chips: the most nearly cubic ``dims``-way
+    factorisation, largest side first (Google's v4 / v5p slice shapes: 4x4x4, 4x4x8, 4x8x8,
+    ..., 16x16x24; v5e: 4x4, 4x8, 8x8, 8x16, 16x16; https://docs.cloud.google.com/tpu/docs/v5p,
+    .../v5e). Largest first, so the innermost (tensor-parallel) ranks fill whole sides, as
+    JAX's ``mesh_utils.create_device_mesh`` assigns each mesh axis to whole physical axes.
+    """
+
+    def split(n: int, k: int) -> list[tuple[int, ...]]:
+        if k == 1:
+            return [(n,)]
+        return [(d, *rest) for d in range(1, n + 1) if n % d == 0 for rest in split(n // d, k - 1)]
+
+    best = min(split(max(chips, 1), dims), key=lambda f: (max(f) / min(f), -min(f)))
+    return tuple(sorted(best, reverse=True))
+
+
 def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str, Any]:
     """The node's network preset, with the case's stated scale-up/-out bandwidths."""
     raw = _preset_raw("networks", preset)
@@ -592,6 +610,11 @@ def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str
     if per_node > raw["scale_up"]["domain_size"]:
         # a larger node of the same fabric (DGX-2: 16 V100s on NVSwitch)
         scale_up["domain_size"] = per_node
+    torus = str(raw["scale_up"]["topology"]).startswith("torus")
+    if torus and raw["scale_up"].get("shape") and per_node < raw["scale_up"]["domain_size"]:
+        # a TPU slice is a torus of its own shape, not a corner of the pod's
+        scale_up["domain_size"] = per_node
+        scale_up["shape"] = list(slice_shape(per_node, len(raw["scale_up"]["shape"])))
     if scale_up:
         override["scale_up"] = scale_up
     return {"base": preset, **override} if override else preset

@@ -19,6 +19,7 @@ from deepflow.measurements import (
     framework,
     measured_peak_memory,
     measured_step_time_s,
+    slice_shape,
     software_date,
     source_year,
     training_case_scenario,
@@ -402,6 +403,28 @@ def test_tpu_cases_count_devices_not_gpus() -> None:
     del case["training"]["num_devices"]
     with pytest.raises(ConfigError, match=r"training.num_gpus \(or num_devices\) is missing\."):
         training_case_scenario(case)
+
+
+@pytest.mark.parametrize(
+    ("chips", "dims", "shape"),
+    [(64, 3, (4, 4, 4)), (128, 3, (8, 4, 4)), (256, 3, (8, 8, 4)), (2048, 3, (16, 16, 8)),
+     (6144, 3, (24, 16, 16)), (128, 2, (16, 8)), (256, 2, (16, 16))],
+)  # fmt: skip
+def test_tpu_slices_are_tori_of_googles_slice_shapes(chips: int, dims: int,
+                                                      shape: tuple[int, ...]) -> None:  # fmt: skip
+    # docs.cloud.google.com/tpu/docs/v5p: 4x4x4, 4x4x8, 4x8x8, 8x16x16, 16x16x24; v5e: 8x16, 16x16
+    assert slice_shape(chips, dims) == shape
+
+
+def test_a_tpu_slice_smaller_than_the_pod_is_its_own_torus() -> None:
+    case = _titan()
+    case["category"] = "end_to_end_training"
+    case["hardware"] = {"accelerator": "Google TPU v5p", "gpus_per_node": 128}
+    case["training"] = {"framework": "MaxText (JAX/XLA on TPU)", "num_devices": 128, "tp": 8,
+                        "fsdp": 16, "local_batch_size": 2, "global_batch_size": 256}  # fmt: skip
+    case["measured"] = {"tokens_per_s_per_gpu": 3000.0}
+    up = training_case_scenario(case).system.network.scale_up
+    assert (up.topology, up.domain_size, up.shape) == ("torus-3d", 128, (8, 4, 4))
 
 
 def test_maxtext_cases_take_the_xla_profiles_switches_not_the_pytorch_heuristics() -> None:
