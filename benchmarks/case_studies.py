@@ -494,6 +494,13 @@ PAPER_NODE_SCALING: dict[int, dict[int, tuple[str, float] | None]] = {
 #: The original's node labels and the scaling steps from its V100 technology (14 = the V100
 #: itself; one step per label: 10, 7, 5, 3, 2, 1 nm; docs/model.md §A1.5, §B3.7).
 PAPER_NODES = (14, 10, 7, 5, 3, 2, 1)
+#: The global batch the original's case studies ran at: its launcher
+#: helper/perf_model_scripts/energy_per_flop.py (nanocad-lab/DeepFlow commit d3db86a, the commit
+#: that added these outputs) passes ``--batch_size 4096`` to perf.py, which overrides the
+#: ``model_param.batch_size: 512`` of each exp_config.yaml (perf.py ``updateParams``). The
+#: summaries agree: "Softmax Memory: 121.3 GB" per data shard of RC_N64_k1_k16_d4 is
+#: (D + 1)·V + 3·b·S·V elements of 2 bytes with b = 4096 / dp = 1024 (docs/case-studies.md §4).
+PAPER_BATCH = 4096
 
 
 def _paper_strategies(devices: int = 64) -> list[tuple[str, int, int, int]]:
@@ -509,7 +516,8 @@ def _paper_strategies(devices: int = 64) -> list[tuple[str, int, int, int]]:
 def _paper_scenario(node: int, bandwidth_GBps: float) -> Any:
     """64 V100-class designs (configs/devices/v100-crossflow.yaml) at the original's node label,
     one per package, joined at ``bandwidth_GBps`` per device (the device's own scale-out link
-    switched off so that the network's bandwidth applies), the paper's LSTM LM, batch 512."""
+    switched off so that the network's bandwidth applies), the paper's LSTM LM at the original's
+    global batch (:data:`PAPER_BATCH`)."""
     steps = PAPER_NODES.index(node)
     technology = {"kind": "logic", "description": f"V100 technology, {steps} scaling steps",
                   "scale_from": {"base": "crossflow-12nm", "steps": steps},
@@ -526,7 +534,8 @@ def _paper_scenario(node: int, bandwidth_GBps: float) -> Any:
                                       "latency_us": 5.0}},
             "devices_per_node": 1, "num_nodes": 64,
         },
-        "workload": {"model": "lstm-lm-paper", "global_batch_size": 512, "precision": "fp16"},
+        "workload": {"model": "lstm-lm-paper", "global_batch_size": PAPER_BATCH,
+                     "precision": "fp16"},
         "mapping": {"tensor_parallel": 16, "kernel_partition": "rc", "kernel_parallel_dim2": 16,
                     "data_parallel": 4},
     }  # fmt: skip
