@@ -494,6 +494,13 @@ PAPER_NODE_SCALING: dict[int, dict[int, tuple[str, float] | None]] = {
 #: The original's node labels and the scaling steps from its V100 technology (14 = the V100
 #: itself; one step per label: 10, 7, 5, 3, 2, 1 nm; docs/model.md §A1.5, §B3.7).
 PAPER_NODES = (14, 10, 7, 5, 3, 2, 1)
+#: The global batch the original's case studies ran at: its launcher
+#: helper/perf_model_scripts/energy_per_flop.py (nanocad-lab/DeepFlow commit d3db86a, the commit
+#: that added these outputs) passes ``--batch_size 4096`` to perf.py, which overrides the
+#: ``model_param.batch_size: 512`` of each exp_config.yaml (perf.py ``updateParams``). The
+#: summaries agree: "Softmax Memory: 121.3 GB" per data shard of RC_N64_k1_k16_d4 is
+#: (D + 1)·V + 3·b·S·V elements of 2 bytes with b = 4096 / dp = 1024 (docs/case-studies.md §4).
+PAPER_BATCH = 4096
 
 
 def _paper_strategies(devices: int = 64) -> list[tuple[str, int, int, int]]:
@@ -509,7 +516,8 @@ def _paper_strategies(devices: int = 64) -> list[tuple[str, int, int, int]]:
 def _paper_scenario(node: int, bandwidth_GBps: float) -> Any:
     """64 V100-class designs (configs/devices/v100-crossflow.yaml) at the original's node label,
     one per package, joined at ``bandwidth_GBps`` per device (the device's own scale-out link
-    switched off so that the network's bandwidth applies), the paper's LSTM LM, batch 512."""
+    switched off so that the network's bandwidth applies), the paper's LSTM LM at the original's
+    global batch (:data:`PAPER_BATCH`)."""
     steps = PAPER_NODES.index(node)
     technology = {"kind": "logic", "description": f"V100 technology, {steps} scaling steps",
                   "scale_from": {"base": "crossflow-12nm", "steps": steps},
@@ -526,7 +534,8 @@ def _paper_scenario(node: int, bandwidth_GBps: float) -> Any:
                                       "latency_us": 5.0}},
             "devices_per_node": 1, "num_nodes": 64,
         },
-        "workload": {"model": "lstm-lm-paper", "global_batch_size": 512, "precision": "fp16"},
+        "workload": {"model": "lstm-lm-paper", "global_batch_size": PAPER_BATCH,
+                     "precision": "fp16"},
         "mapping": {"tensor_parallel": 16, "kernel_partition": "rc", "kernel_parallel_dim2": 16,
                     "data_parallel": 4},
     }  # fmt: skip
@@ -776,6 +785,151 @@ def paper_hbm_generations(size: Size, out_dir: Path, seed: int) -> Path:
     return _save(fig, out_dir / "case-paper-hbm-generations.png")
 
 
+#: The original's own per-op times at three points of its sweeps, printed by its perf.py with
+#: ``--debug True`` (nanocad-lab/DeepFlow commit d3db86a, the commit that added the outputs; run
+#: with its launcher's arguments, helper/perf_model_scripts/energy_per_flop.py: --batch_size
+#: 4096 --seq_len 20 --hidden_dim 19968 --vocab_size 800000 --num_layer 2 --lp 1 and the strategy,
+#: on the exp_config.yaml committed next to each summary.txt at e8fc755; each run reproduces the
+#: summary's "Time" to the last digit). Per point: the study folder, the strategy (kind, kp1, kp2,
+#: dp), its inter-node bandwidth (GiB/s, as it prints "GB/s"), "Time" (s), the per-timestep op
+#: times Cf, Cb, Sf, Sb, Ef, Eb (s; the line "Cf: ... Re: ..." of the debug output) and the "Best
+#: Time" (s) of each local GEMM: Cf, Cb (wt + act), Sf, Sb (wt + act).
+ORIGINAL_OPS: dict[str, dict[str, Any]] = {
+    "14 nm, 48 GB/s": {
+        "study": "v100-energy_per_flop/RC_N64_k1_k16_d4_l1/14", "strategy": ("RC", 1, 16, 4),
+        "inter_GiBps": 4 * 12.015325451328772, "time_s": 41.31364232,
+        "ops": {"Cf": 0.021420347254689755, "Cb": 0.2597187953186244,
+                "Sf": 0.15193471669302785, "Sb": 1.3456322536923664,
+                "Ef": 9.049614521499573e-06, "Eb": 9.049614521499573e-06},
+        "gemm": {"Cf": 0.006225068899298195, "Cb": 0.006225068899298195 + 0.006303753315745008,
+                 "Sf": 0.032697457257622714, "Sb": 0.0324663217843102 + 0.032321310439897},
+    },
+    "14 nm, 1395 GB/s": {
+        "study": "energy_per_flop_inter_bw_1395GB/RC_N64_k1_k16_d4_l1/14",
+        "strategy": ("RC", 1, 16, 4), "inter_GiBps": 1395.8, "time_s": 4.07101292,
+        "ops": {"Cf": 0.006882320144057224, "Cb": 0.02137166663641211,
+                "Sf": 0.03697443348823524, "Sb": 0.10983557290336941,
+                "Ef": 9.049614521499573e-06, "Eb": 9.049614521499573e-06},
+        "gemm": {"Cf": 0.006225068899298195, "Cb": 0.006225068899298195 + 0.006303753315745008,
+                 "Sf": 0.032697457257622714, "Sb": 0.0324663217843102 + 0.032321310439897},
+    },
+    "5e-05 pJ/bit (52.7 TB/s)": {
+        "study": "energy_per_xbit/RC_N64_k4_k16_d1_l1/19", "strategy": ("RC", 4, 16, 1),
+        "inter_GiBps": 52729.1, "time_s": 2.75640684,
+        "ops": {"Cf": 0.00637761616896437, "Cb": 0.013158574634132775,
+                "Sf": 0.03298345785792946, "Sb": 0.06570669678486316,
+                "Ef": 9.049614521499573e-06, "Eb": 3.376700563096796e-05},
+        "gemm": {"Cf": 0.006225068899298195, "Cb": 0.006225068899298195 + 0.006303753315745008,
+                 "Sf": 0.032697457257622714, "Sb": 0.031169037687507617 + 0.032321310439897},
+    },
+}  # fmt: skip
+
+
+def _original_terms(point: Mapping[str, Any], *, derate: bool = True) -> dict[str, float]:
+    """The original's step split into deepflow's breakdown terms, seconds per step.
+
+    The kernel-parallel collectives are the original's ring all-gather, (P − 1)·(bytes/P/ib +
+    latency) (perf.py ``getR``, docs/model.md §B4.4), on the bandwidth its V100 DGX-1 hack leaves
+    (``util.scale_down``: /2 for groups of ≤ 4, /5 for ≤ 8, else /4, §B4.5), with the operands
+    of its RC formulas (perf.py ``getDistGEMM_f_kp2``, ``getDistGEMM_b_kp2``, ``getCf_kp2``,
+    ``getCb_kp2``, ``getEmbedding_b_kp2``; §B4.6–4.7). What the ops' times hold beyond the GEMMs
+    and these collectives (pointwise work and copies at register-file bandwidth, 9 µs launches)
+    is "pointwise and the rest"; what "Time" holds beyond the timesteps is the part of the
+    gradient reductions and SGD update its DAG does not overlap (§B4.8). With ``derate`` False
+    the collectives run on the undivided link (what-if; the rest of the step is kept)."""
+    _, kp1, kp2, dp = point["strategy"]
+    p, seq, layers, d_h, gates, vocab = 2, 20, 2, 19968, 4, 800000
+    b = PAPER_BATCH // dp
+    inter = point["inter_GiBps"] * 2**30
+
+    def ib(group: int) -> float:
+        return inter / (2 if group <= 4 else 5 if group <= 8 else 4) if derate else inter
+
+    def gather(elements: float, group: int) -> float:
+        return 0.0 if group == 1 else (group - 1) * (p * elements / group / ib(group) + 5e-6)
+
+    def kernel(m: int, k: int, n: int) -> dict[str, float]:
+        return {"fwd": gather(m / kp1 * n, kp2),
+                "weights": gather(k * n, kp2) / 2,  # gather col(w^T): the weights, halved
+                "operands": gather(k * m, kp1) / 2 + gather(m * n / kp2, kp1)
+                + gather(m / kp1 * n, kp2)}  # fmt: skip
+
+    cell, soft = kernel(b, 2 * d_h, gates * d_h), kernel(b, d_h, vocab)
+    cell_pw = (
+        b / kp1 * gates * d_h / kp2 * 4 * p / ib(kp2),
+        b * gates * d_h / kp2 * 4 * p / ib(kp2),
+    )
+    if kp2 == 1:
+        cell_pw = (0.0, 0.0)
+    ops, gemm = point["ops"], point["gemm"]
+    fwd_comm = seq * (layers * (cell["fwd"] + cell_pw[0]) + soft["fwd"])
+    weights = seq * (layers * cell["weights"] + soft["weights"])
+    operands = seq * (layers * (cell["operands"] + cell_pw[1]) + soft["operands"]
+                      + gather(b * d_h / kp2, kp1))  # fmt: skip
+    fwd = seq * (ops["Ef"] + layers * ops["Cf"] + ops["Sf"])
+    bwd = seq * (ops["Eb"] + layers * ops["Cb"] + ops["Sb"])
+    fwd_gemm = seq * (layers * gemm["Cf"] + gemm["Sf"])
+    bwd_gemm = seq * (layers * gemm["Cb"] + gemm["Sb"])
+    return {
+        "GEMMs, forward": fwd_gemm,
+        "GEMMs, backward": bwd_gemm,
+        "pointwise and the rest": fwd + bwd - fwd_gemm - bwd_gemm - fwd_comm - weights - operands,
+        "kernel-parallel comm., forward": fwd_comm,
+        "kernel-parallel comm., backward: weight all-gathers": weights,
+        "kernel-parallel comm., backward: activations and gradients": operands,
+        "gradient sync (exposed) and weight update": point["time_s"] - fwd - bwd,
+        "step": point["time_s"],
+    }
+
+
+def _deepflow_terms(point: Mapping[str, Any]) -> dict[str, float]:
+    """deepflow's breakdown (``breakdown_*_s``) for the same point, in the rows of
+    :func:`_original_terms`; the network at the original's bandwidth in B/s."""
+    from deepflow.oracle.evaluate import evaluate_table
+
+    scenario = _paper_scenario(14, point["inter_GiBps"] * 2**30 / 1e9)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = evaluate_table(scenario, _paper_strategy_columns([point["strategy"]]))
+    v = {k: float(t[f"breakdown_{k}_s"][0]) for k in (
+        "forward_compute", "backward_compute", "forward_communication", "backward_communication",
+        "gradient_sync_exposed", "weight_update")}  # fmt: skip
+    return {
+        "GEMMs, forward": v["forward_compute"],  # deepflow's compute holds its pointwise work
+        "GEMMs, backward": v["backward_compute"],
+        "pointwise and the rest": 0.0,
+        "kernel-parallel comm., forward": v["forward_communication"],
+        "kernel-parallel comm., backward: weight all-gathers": 0.0,
+        "kernel-parallel comm., backward: activations and gradients":
+            v["backward_communication"],
+        "gradient sync (exposed) and weight update":
+            v["gradient_sync_exposed"] + v["weight_update"],
+        "step": float(t["step_time_s"][0]),
+    }  # fmt: skip
+
+
+def explain_paper_points() -> None:
+    """Print the original's step next to deepflow's, term by term, at the points of
+    :data:`ORIGINAL_OPS` (docs/case-studies.md §4–§5)."""
+    for name, point in ORIGINAL_OPS.items():
+        theirs, ours = _original_terms(point), _deepflow_terms(point)
+        kind, kp1, kp2, dp = point["strategy"]
+        rows = [{"term": term, "original (s)": theirs[term], "deepflow (s)": ours[term],
+                 "original - deepflow (s)": theirs[term] - ours[term]}
+                for term in theirs]  # fmt: skip
+        print_table(f"Step time by term, {name}, {kind}_N64_k{kp1}_k{kp2}_d{dp}, batch "
+                    f"{PAPER_BATCH} (original: case_study/perf_model/{point['study']}; deepflow "
+                    "compute includes its pointwise work)", rows)  # fmt: skip
+        weights = "kernel-parallel comm., backward: weight all-gathers"
+        undivided = _original_terms(point, derate=False)
+        comm = [k for k in theirs if k.startswith("kernel-parallel") and k != weights]
+        what_if = theirs["step"] - theirs[weights] - sum(theirs[k] - undivided[k] for k in comm)
+        print(f"\noriginal without its per-timestep weight all-gathers: "
+              f"{theirs['step'] - theirs[weights]:.3g} s; and with its other kernel-parallel "
+              f"traffic on the undivided link (no scale_down): {what_if:.3g} s; deepflow "
+              f"{ours['step']:.3g} s")  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- CLI
 CASES: dict[str, Callable[[Size, Path, int], Path]] = {
     "node-scaling": node_scaling,
@@ -793,12 +947,17 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--quick", action="store_true", help="a tiny run (tests)")
     parser.add_argument("--out-dir", type=Path, default=FIGURES, help="figure folder")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--explain", action="store_true",
+                        help="paper-* cases: also print the original's step next to deepflow's, "
+                             "term by term")  # fmt: skip
     args = parser.parse_args(argv)
     size = QUICK if args.quick else FULL
     written = []
     for name in CASES if args.case == "all" else [args.case]:
         start = time.perf_counter()
         path = CASES[name](size, args.out_dir, args.seed)
+        if args.explain and name.startswith("paper-"):
+            explain_paper_points()
         print(f"\n{name}: wrote {path} in {time.perf_counter() - start:.1f} s")
         written.append(path)
     return written

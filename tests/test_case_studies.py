@@ -104,3 +104,20 @@ def test_paper_hbm_generations_grow_capacity_and_speed(tmp_path, capsys):
     # the same direction as the original: every newer generation is at least as fast
     assert all(b <= a for a, b in itertools.pairwise(ours))
     assert all(b <= a for a, b in itertools.pairwise(original))
+
+
+def test_explain_splits_the_originals_step_into_its_terms(capsys):
+    mod = _module()
+    for point in mod.ORIGINAL_OPS.values():
+        terms = mod._original_terms(point)
+        parts = sum(v for k, v in terms.items() if k != "step")
+        assert abs(parts - terms["step"]) < 1e-9 * terms["step"]
+        # the collectives re-derived from the original's formulas leave only its pointwise
+        # work, copies and launches (tens of ms) in the rest: the split accounts for its ops
+        assert 0 < terms["pointwise and the rest"] < 0.05
+    terms = mod._original_terms(mod.ORIGINAL_OPS["14 nm, 48 GB/s"])
+    # the per-timestep weight all-gathers are 79 % of the original's 41.3 s
+    assert terms["kernel-parallel comm., backward: weight all-gathers"] == pytest.approx(32.5, 0.01)
+    mod.explain_paper_points()
+    out = capsys.readouterr().out
+    assert out.count("Step time by term") == 3 and "weight all-gathers" in out
