@@ -28,6 +28,9 @@ CROSSFLOW_RULE: Mapping[str, tuple[tuple[str, float], ...]] = {
         ("sram.l2.area_per_bit_mm2", 0.67),
         ("sram.l1.area_per_bit_mm2", 0.67),
         ("sram.register_file.area_per_bit_mm2", 0.67),
+        # the launcher scales each SRAM level's controller_area_per_link with its bits
+        # (helper/perf_model_scripts/energy_per_flop.py, the loop over SRAM-L2/L1/R)
+        ("sram.l2.controller_area_per_bank_per_sm_mm2", 0.67),
         ("sram.l2.energy_per_bit_fJ", 0.54),
         ("sram.l1.energy_per_bit_fJ", 0.54),
         ("sram.register_file.energy_per_bit_fJ", 0.54),
