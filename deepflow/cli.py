@@ -259,6 +259,14 @@ def _print_evaluation(result: dict[str, Any]) -> None:
     if framework:
         switches = ", ".join(f"{k} {v}" for k, v in framework["behaviours"].items())
         console.print(f"framework [bold]{framework['name']}[/bold]: {switches}")
+    placement = result.get("placement")
+    if placement and placement["groups"]:
+        where = "; ".join(
+            f"{name} {g['size']} " + ("in 1 node" if g["nodes"] == 1 else
+                                      f"over {g['nodes']} nodes, {g['members_per_node']} per node")
+            for name, g in placement["groups"].items()
+        )  # fmt: skip
+        console.print(f"placement [bold]{placement['rank_order']}[/bold]: {where}")
     terms = {k: v for k, v in result.get("memory_breakdown_B", {}).items() if v > 0}
     if terms:
         memory = Table(title="where the memory goes (per device)")

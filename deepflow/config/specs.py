@@ -8,6 +8,7 @@ Units are converted once, here, at load time.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +19,10 @@ __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "GRID_AXES",
     "MASTER_WEIGHTS_MODES",
     "PEAK_PRECISIONS",
+    "RANK_ORDERS",
     "RECOMPUTE_MODES",
     "TOPOLOGIES",
     "WORKLOAD_PRECISIONS",
@@ -81,6 +84,16 @@ MASTER_WEIGHTS_MODES = ("fp32", "remainders")
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
 ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
+#: The order in which the parallel dimensions take consecutive ranks, innermost first
+#: (docs/model.md §C3): Megatron-Core's ``RankGenerator`` order, "tp-cp-ep-dp-pp" by default and
+#: "tp-cp-ep-pp-dp" with ``--use-tp-pp-dp-mapping``; expert parallelism takes the inner ranks of
+#: the data-parallel dimension as there, so it is not written. Every permutation (the default
+#: first); devices are numbered node by node, so the innermost dimensions share a node.
+RANK_ORDERS = tuple("-".join(p) for p in itertools.permutations(("tp", "cp", "dp", "pp")))
+#: How ranks are laid on a direct topology's axes (ring, torus, mesh; docs/model.md §C3): the
+#: axes of the network's ``shape`` from the fastest-varying to the slowest, x the first axis.
+#: "xyz" is row-major over the shape as written; on a 2-D shape z has extent 1.
+GRID_AXES = ("xyz", "xzy", "yxz", "yzx", "zxy", "zyx")
 HBM_TECHNOLOGIES = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4")
 #: Device families with kernel calibration in configs/calibration/kernels.yaml.
 DEVICE_FAMILIES = ("volta", "ampere", "hopper", "blackwell", "tpu", "generic")
@@ -303,6 +316,22 @@ class MappingSpec:
         default="selective",
     )
     zero_stage: int = knob("zero_stage", workloads=_LLM, ge=0, le=3, default=1)
+    # Placement (docs/model.md §C3): which dimensions share a node, and how a direct topology's
+    # axes hold the ranks.
+    rank_order: str = knob(
+        "rank_order",
+        workloads=_LLM,
+        choices=RANK_ORDERS,
+        default="tp-cp-dp-pp",
+        doc="parallel dimensions from the innermost (consecutive ranks) outwards",
+    )
+    grid_axes: str = knob(
+        "grid_axes",
+        workloads=_LLM,
+        choices=GRID_AXES,
+        default="xyz",
+        doc="a torus or mesh's axes from the fastest-varying rank index to the slowest",
+    )
     # CrossFlow kernel parallelism for gemm/lstm workloads (docs/model.md §B4.6):
     # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
     # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).

@@ -14,13 +14,20 @@ from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
-from deepflow.config.specs import DesignDeviceSpec, Scenario, TransformerSpec
+from deepflow.config.specs import (
+    GRID_AXES,
+    RANK_ORDERS,
+    DesignDeviceSpec,
+    Scenario,
+    TransformerSpec,
+)
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import device_network
 from deepflow.oracle.feasibility import DESIGN_CONSTRAINTS, INVALID_OUTPUT, invalid_output, violated
 from deepflow.oracle.feasibility import feasible as is_feasible
 from deepflow.oracle.hardware import device_caps, device_summary
 from deepflow.oracle.kernels import sram_excess_B
+from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.transformer import (
     FULL_RECOMPUTE,
     NO_RECOMPUTE,
@@ -42,7 +49,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
+def enumerate_mappings(scenario: Scenario, *, placements: bool = True) -> dict[str, F]:
     """Every valid mapping as the transformer's mapping columns (``MAPPING_COLUMNS``, from the
     knob table), one row per mapping.
 
@@ -50,9 +57,19 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
     attention and KV heads; pipeline stages ≤ layers, interleaving divides the layers; context
     parallel divides the sequence; expert parallel divides the experts and data parallel; the
     micro-batch divides the per-replica batch; sequence parallelism only with tensor parallel.
-    The framework switches (fused attention, communication overlap), and any knob not
-    enumerated here, stay as in the scenario.
+    Each in every placement that differs (:func:`_placements`): the rank orders that give its
+    groups distinct strides and the axis orders of a direct topology that change the extents.
+    ``placements`` False: each in the scenario's own placement only. The framework switches
+    (fused attention, communication overlap), and any knob not enumerated here, stay as in
+    the scenario.
     """
+    structural, chosen = _picks(scenario)
+    placed = _placements(scenario, structural, chosen, others=placements)
+    return _columns(scenario, structural, *placed)
+
+
+def _picks(scenario: Scenario) -> tuple[NDArray[np.int64], F]:
+    """The valid structural degrees and the (row, sp, recompute, zero) picks over them."""
     model = scenario.workload.model
     if not isinstance(model, TransformerSpec):
         raise ConfigError(
@@ -91,18 +108,100 @@ def enumerate_mappings(scenario: Scenario) -> dict[str, F]:
         for sp in (False, True) if tp > 1 else (False,):
             for rc, zero in itertools.product(recomputes, zeros):
                 picks.append((row, float(sp), rc, float(zero)))
-    chosen = np.array(picks, dtype=float).reshape(-1, 4)
-    rows = chosen[:, 0].astype(np.int64)
+    return structural, np.array(picks, dtype=float).reshape(-1, 4)
+
+
+def _placements(
+    scenario: Scenario, structural: NDArray[np.int64], chosen: F, *, own: bool = True,
+    others: bool = True,
+) -> tuple[F, F, F]:  # fmt: skip
+    """``chosen``'s picks repeated over their distinct placements: (picks, rank-order codes,
+    grid-axes codes). ``own``: the scenario's own placement, first for each pick; ``others``:
+    every other distinct one (docs/model.md §C3)."""
+    own_order = RANK_ORDERS.index(scenario.mapping.rank_order)
+    own_axes = GRID_AXES.index(scenario.mapping.grid_axes)
+    if not others:  # the own placement is every pick's first (_distinct_rank_orders)
+        n = len(chosen) if own else 0
+        return chosen[:n], np.full(n, float(own_order)), np.full(n, float(own_axes))
+    orders = _distinct_rank_orders(structural, own_order)
+    axes = _distinct_grid_axes(scenario)
+    per_row = np.bincount(orders[:, 0], minlength=len(structural))
+    first = np.concatenate(([0], np.cumsum(per_row)[:-1]))
+    pick_rows = chosen[:, 0].astype(np.int64)
+    repeat = per_row[pick_rows]
+    index = np.repeat(first[pick_rows], repeat) + _ranges(repeat)
+    picks = np.repeat(chosen, repeat, axis=0)
+    order_codes = orders[index, 1].astype(float)
+    is_own = np.repeat(np.arange(len(index)) == np.repeat(np.cumsum(repeat) - repeat, repeat),
+                       len(axes)) & np.tile(np.arange(len(axes)) == 0, len(index))  # fmt: skip
+    picks = np.repeat(picks, len(axes), axis=0)
+    order_codes = np.repeat(order_codes, len(axes))
+    axis_codes = np.tile(np.asarray(axes, dtype=float), len(index))
+    keep = (is_own & own) | (~is_own & others)
+    return picks[keep], order_codes[keep], axis_codes[keep]
+
+
+def _columns(
+    scenario: Scenario, structural: NDArray[np.int64], picks: F, order_codes: F, axis_codes: F
+) -> dict[str, F]:
+    """The mapping columns of picks in their placements (the other knobs as the scenario)."""
+    rows = picks[:, 0].astype(np.int64)
     columns = {d: structural[rows, j].astype(float) for j, d in enumerate(STRUCTURAL)}
-    columns["sequence_parallel"] = chosen[:, 1]
-    columns[KNOB["activation_recompute"].column] = chosen[:, 2]
-    columns["zero_stage"] = chosen[:, 3]
+    columns["sequence_parallel"] = picks[:, 1]
+    columns[KNOB["activation_recompute"].column] = picks[:, 2]
+    columns["zero_stage"] = picks[:, 3]
+    columns[KNOB["rank_order"].column] = order_codes
+    columns[KNOB["grid_axes"].column] = axis_codes
+    base = scenario.mapping
     return {
         k.column: columns[k.column]
         if k.column in columns
         else np.full(len(rows), k.encode(getattr(base, k.name)))
         for k in _KNOBS
     }
+
+
+def _ranges(counts: NDArray[np.int64]) -> NDArray[np.int64]:
+    """0..c-1 for every count c, concatenated."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - counts, counts)
+
+
+def _distinct_rank_orders(structural: NDArray[np.int64], own: int) -> NDArray[np.int64]:
+    """(structural row, rank-order code) of every rank order that gives a row's groups other
+    strides than the orders before it (code ``own`` first, then the table's order): orders
+    that differ only in where dimensions of degree 1 sit place every group alike."""
+    degrees = structural[:, [STRUCTURAL.index(f"{d}_parallel") for d in
+                             ("tensor", "context", "data", "pipeline")]].astype(float)  # fmt: skip
+    codes = np.array([own, *(c for c in range(len(RANK_ORDERS)) if c != own)])
+    positions = np.array([[RANK_ORDERS[c].split("-").index(d) for d in ("tp", "cp", "dp", "pp")]
+                          for c in codes])  # fmt: skip
+    # strides[c, row, d]: the product of the degrees placed inside dimension d in order c
+    inside = positions[:, None, None, :] < positions[:, None, :, None]  # (c, 1, d, j)
+    strides = np.prod(np.where(inside, degrees[None, :, None, :], 1.0), axis=-1)
+    strides = np.where(degrees > 1, strides, 0.0)  # a group of one rank has no placement
+    new = np.ones(strides.shape[:2], dtype=bool)
+    for c in range(1, len(RANK_ORDERS)):
+        new[c] = ~np.any(np.all(strides[:c] == strides[c], axis=-1), axis=0)
+    rank, row = np.nonzero(new)
+    by_row = np.lexsort((rank, row))
+    return np.stack([row[by_row], codes[rank[by_row]]], axis=1)
+
+
+def _distinct_grid_axes(scenario: Scenario) -> list[int]:
+    """The ``grid_axes`` codes that lay the ranks over distinct axis extents on the scenario's
+    direct-topology levels (the scenario's own code first); one code on switched networks."""
+    network = scenario.system.network
+    grid = ("torus-2d", "torus-3d", "mesh-2d")  # ring: one axis
+    levels = (network.scale_up, network.scale_out)
+    grids = [tuple(lv.shape) for lv in levels if lv.topology in grid and len(lv.shape) > 1]
+    own = GRID_AXES.index(scenario.mapping.grid_axes)
+    seen: dict[tuple[tuple[int, ...], ...], int] = {}
+    for code in (own, *range(len(GRID_AXES))):
+        extents = tuple(tuple(shape[a] for a in ("xyz".index(c) for c in GRID_AXES[code])
+                              if a < len(shape)) for shape in grids)  # fmt: skip
+        seen.setdefault(extents, code)
+    return list(seen.values())
 
 
 def _best_serving_mappings(
@@ -165,55 +264,108 @@ def best_mappings(
     """
     if scenario.workload.kind == "inference":
         return _best_serving_mappings(scenario, top, calibration or current_calibration())
-    mappings = enumerate_mappings(scenario)
-    count = len(mappings["tensor_parallel"])
-    model = scenario.workload.model
-    assert isinstance(model, TransformerSpec)
-    base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
-    x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
+    structural, chosen = _picks(scenario)
     cal = calibration or current_calibration()
     device = scenario.system.device
     with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
         caps = device_caps(device, scenario.workload.precision, calibration=cal)
         net = device_network(scenario, caps, calibration=cal)
-        result = transformer_step(caps, net, x, calibration=cal)
-    step = result["step_time_s"]
-    memory = result["memory_per_device_B"]
-    constraints = {"memory_excess_B": memory - caps.hbm_capacity_B,
-                   "sram_excess_B": float(sram_excess_B(caps)),
-                   INVALID_OUTPUT: invalid_output(result)}  # fmt: skip
-    budgets: dict[str, float] = {}
-    if isinstance(device, DesignDeviceSpec):  # the budgets, as ``show`` reports them
-        summary = device_summary(device)["constraints"]
-        budgets = {c: float(summary[c]) for c in DESIGN_CONSTRAINTS}
-        constraints.update(budgets)
-    feasible = np.broadcast_to(is_feasible(constraints), (count,))
-    order = [i for i in np.argsort(step, kind="stable") if feasible[i]][:top]
+    # Every pick in the scenario's own placement; then, by branch and bound, the other
+    # placements of the picks whose step without any communication (a bound on every
+    # placement's: a placement changes only collective times) could still enter the top.
+    own = _Evaluated(scenario, _columns(scenario, structural, *_placements(
+        scenario, structural, chosen, others=False)), caps, net, cal)  # fmt: skip
+    ranked = np.sort(own.step[own.feasible])
+    threshold = ranked[top - 1] if len(ranked) >= top else np.inf
+    bound = _Evaluated(scenario, own.x, caps, _without_communication(net), cal).step
+    open_ = own.feasible & (bound <= threshold)
+    rest = _columns(scenario, structural, *_placements(scenario, structural, chosen[open_],
+                                                        own=False))  # fmt: skip
+    stages = (own,) if not len(rest["tensor_parallel"]) else (
+        own, _Evaluated(scenario, rest, caps, net, cal))  # fmt: skip
+    steps = np.concatenate([e.step for e in stages])
+    feasible = np.concatenate([e.feasible for e in stages])
+    order = [i for i in np.argsort(steps, kind="stable") if feasible[i]][:top]
     peak = caps.peak_flops * scenario.system.num_devices
-    out = []
-    for i in order:
-        mapping = {k.name: k.decode(x[k.column][i]) for k in _CHOSEN}
-        out.append(
-            {
-                "mapping": mapping,
-                "step_time_s": float(step[i]),
-                "mfu": float(result["model_flops_per_step"][i] / (step[i] * peak)),
-                "memory_per_device_B": float(memory[i]),
-                "memory_breakdown_B": {
-                    k: float(np.broadcast_to(v, step.shape)[i])
-                    for k, v in result["memory_breakdown_B"].items()
-                },
-                "breakdown_s": {k: float(v[i]) for k, v in result["breakdown_s"].items()},
-            }
-        )
-    found: dict[str, Any] = {"num_valid": count, "num_feasible": int(feasible.sum()),
+    n_own = len(own.step)
+    out = [stages[int(i >= n_own)].entry(int(i) - n_own * int(i >= n_own), peak) for i in order]
+    # every pick has as many placements as _placements gives it; memory and the budgets
+    # do not depend on the placement, so a pick's feasibility is its placements'
+    count_each = _placement_counts(scenario, structural, chosen)
+    count = int(count_each.sum())
+    constraints = own.constraints
+    found: dict[str, Any] = {"num_valid": count,
+                             "num_feasible": int(count_each[own.feasible].sum()),
                              "mappings": out}  # fmt: skip
-    if budgets:
-        found["device_constraints"] = budgets
-        found["violated_device_constraints"] = violated(budgets)
-    if not feasible.any():  # why: how many mappings break each constraint
+    if own.budgets:
+        found["device_constraints"] = own.budgets
+        found["violated_device_constraints"] = violated(own.budgets)
+    if not own.feasible.any():  # why: how many mappings break each constraint
         found["violations"] = {
-            name: int(np.broadcast_to(np.logical_not(is_feasible({name: value})), (count,)).sum())
+            name: int(count_each[np.broadcast_to(np.logical_not(is_feasible({name: value})),
+                                                 own.step.shape)].sum())
             for name, value in constraints.items()
-        }
+        }  # fmt: skip
     return found
+
+
+class _Evaluated:
+    """One vectorised evaluation of mapping columns on the scenario's device and network."""
+
+    def __init__(self, scenario: Scenario, mappings: dict[str, F], caps: Any, net: NetworkModel,
+                 cal: Calibration) -> None:  # fmt: skip
+        model = scenario.workload.model
+        assert isinstance(model, TransformerSpec)
+        count = len(mappings["tensor_parallel"])
+        base = transformer_columns(model, scenario.mapping, scenario.workload.global_batch_size)
+        self.x = {k: np.broadcast_to(v, (count,)) for k, v in base.items()} | mappings
+        with np.errstate(all="ignore"):  # a degenerate design gives NaN/inf: infeasible data
+            self.result = transformer_step(caps, net, self.x, calibration=cal)
+        self.step = self.result["step_time_s"]
+        memory = self.result["memory_per_device_B"]
+        self.constraints = {"memory_excess_B": memory - caps.hbm_capacity_B,
+                            "sram_excess_B": float(sram_excess_B(caps)),
+                            INVALID_OUTPUT: invalid_output(self.result)}  # fmt: skip
+        self.budgets: dict[str, float] = {}
+        device = scenario.system.device
+        if isinstance(device, DesignDeviceSpec):  # the budgets, as ``show`` reports them
+            summary = device_summary(device)["constraints"]
+            self.budgets = {c: float(summary[c]) for c in DESIGN_CONSTRAINTS}
+            self.constraints.update(self.budgets)
+        self.feasible = np.broadcast_to(is_feasible(self.constraints), (count,))
+
+    def entry(self, i: int, peak: Any) -> dict[str, Any]:
+        """Best-mapping's record of row ``i``."""
+        r, step = self.result, self.step
+        return {
+            "mapping": {k.name: k.decode(self.x[k.column][i]) for k in _CHOSEN},
+            "step_time_s": float(step[i]),
+            "mfu": float(r["model_flops_per_step"][i] / (step[i] * peak)),
+            "memory_per_device_B": float(r["memory_per_device_B"][i]),
+            "memory_breakdown_B": {
+                k: float(np.broadcast_to(v, step.shape)[i])
+                for k, v in r["memory_breakdown_B"].items()
+            },
+            "breakdown_s": {k: float(v[i]) for k, v in r["breakdown_s"].items()},
+        }
+
+
+def _without_communication(net: NetworkModel) -> NetworkModel:
+    """``net`` with every collective free (infinite bandwidth, no latency): each mapping's
+    step on it bounds the step of its every placement from below."""
+    every = (1.0, 1.0, 1.0)  # every protocol available (none matters: no bytes take time)
+    return NetworkModel(devices_per_node=net.devices_per_node, scale_up_topology="switch",
+                        scale_up_bandwidth_Bps=np.inf, scale_up_latency_s=0.0,
+                        scale_up_efficiency=1.0, scale_up_protocol_efficiency=every,
+                        scale_out_topology="switch", scale_out_bandwidth_Bps=np.inf,
+                        scale_out_latency_s=0.0, scale_out_efficiency=1.0,
+                        scale_out_protocol_efficiency=every)  # fmt: skip
+
+
+def _placement_counts(
+    scenario: Scenario, structural: NDArray[np.int64], chosen: F
+) -> NDArray[np.int64]:
+    """The number of distinct placements of each pick (:func:`_placements`)."""
+    orders = _distinct_rank_orders(structural, RANK_ORDERS.index(scenario.mapping.rank_order))
+    per_row = np.bincount(orders[:, 0], minlength=len(structural))
+    return np.asarray(per_row[chosen[:, 0].astype(np.int64)] * len(_distinct_grid_axes(scenario)))

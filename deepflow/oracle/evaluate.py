@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -236,8 +237,35 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "energy_per_step_ops_J": float(sum(ops.values())),
         "energy_ops_breakdown_J": {k: float(v) for k, v in ops.items()},
         **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
+        **_placement(scenario, kind.kind),
         **_serving(result, out, summary, workload, system.num_devices),
     }
+
+
+#: The transformer's parallel dimensions (mapping key, symbol in the rank order).
+_GROUPS = (("tensor_parallel", "tp"), ("context_parallel", "cp"), ("data_parallel", "dp"),
+           ("pipeline_parallel", "pp"))  # fmt: skip
+
+
+def _placement(scenario: Scenario, kind: str) -> dict[str, Any]:
+    """Where a training transformer's parallel groups sit (docs/model.md §C3): the rank order,
+    the grid axes, and per group of more than one rank its size, stride, members per node and
+    nodes spanned (:func:`deepflow.oracle.network.group_placement`; tested equal)."""
+    if kind != "transformer" or scenario.workload.kind != "training":
+        return {}
+    mapping = scenario.mapping
+    inner = mapping.rank_order.split("-")
+    degrees = {sym: getattr(mapping, key) for key, sym in _GROUPS}
+    groups = {}
+    for key, sym in _GROUPS:
+        if degrees[sym] > 1:
+            stride = math.prod(degrees[d] for d in inner[: inner.index(sym)])
+            # group_placement's rule in integers: min(n, max(d // stride, 1)) per node
+            members = min(degrees[sym], max(scenario.system.devices_per_node // stride, 1))
+            groups[key] = {"size": degrees[sym], "stride": stride, "members_per_node": members,
+                           "nodes": -(-degrees[sym] // members)}  # fmt: skip
+    return {"placement": {"rank_order": mapping.rank_order, "grid_axes": mapping.grid_axes,
+                          "groups": groups}}  # fmt: skip
 
 
 def _serving(

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,7 @@ from deepflow.config.calibration import (
     ProtocolCalibration,
     network_calibration,
 )
-from deepflow.config.specs import TOPOLOGIES, NetworkSpec
+from deepflow.config.specs import GRID_AXES, TOPOLOGIES, NetworkSpec
 from deepflow.errors import ConfigError
 
 __all__ = [
@@ -285,6 +285,7 @@ class _Level:
     vfill: F  # (..., 3) B
     rate: F  # (..., 3) eff · bw: B/s per protocol at the device's full bandwidth
     plain: bool  # no protocol has a floor or a fill: g(V) = V
+    axes: F | None = None  # GRID_AXES code per element (None: row-major over shape, "xyz")
 
     @property
     def links(self) -> int:
@@ -394,11 +395,11 @@ def _grid_dims(level: _Level, members: F, stride: F, units: F) -> list[_Dim]:
         full: list[F] = [np.ones_like(units)]
     else:
         sizes, full, below = [], [], 1.0
-        for x in level.shape:
-            ext = np.clip(np.ceil(units / below), 1.0, float(x))
+        for x in _axis_extents(level):
+            ext = np.clip(np.ceil(units / below), 1.0, x)
             sizes.append(ext)
-            full.append((ext == float(x)).astype(float))
-            below *= float(x)
+            full.append((ext == x).astype(float))
+            below = below * x
     dims: list[_Dim] = []
     rem_s = np.maximum(stride, 1.0)
     rem_m = np.maximum(members, 1.0)
@@ -411,6 +412,18 @@ def _grid_dims(level: _Level, members: F, stride: F, units: F) -> list[_Dim]:
         rem_m = np.ceil(rem_m / e)
         rem_s = np.where(passes, np.floor(rem_s / np.maximum(size, 1.0)), 1.0)
     return dims
+
+
+def _axis_extents(level: _Level) -> list[Any]:
+    """The extents of a grid level's axes from the fastest-varying rank index to the slowest:
+    the shape as written, or per element in its ``grid_axes`` order (docs/model.md §C3)."""
+    if level.axes is None:
+        return [float(x) for x in level.shape]
+    ndim = len(level.shape)
+    orders = [[axis for axis in ("xyz".index(c) for c in name) if axis < ndim]
+              for name in GRID_AXES]  # fmt: skip
+    code = level.axes.astype(int)
+    return [np.choose(code, [float(level.shape[o[k]]) for o in orders]) for k in range(ndim)]
 
 
 def _ring_bw_factor(level: _Level, dim: _Dim) -> F:
@@ -526,6 +539,7 @@ def collective_time_s(
     *,
     net: NetworkModel,
     stride: ArrayLike = 1,
+    axes: ArrayLike = 0,
     algorithm: str = "auto",
 ) -> F:
     """Seconds for one collective (or for each element's own).
@@ -542,6 +556,9 @@ def collective_time_s(
         net: the network (:meth:`NetworkModel.from_spec`).
         stride: device-index distance between consecutive ranks of the group (product of the
             degrees of the parallel dimensions placed inside it; 1 for tensor parallel).
+        axes: on a direct topology (ring excepted), the order in which device indices run over
+            the level's axes: a code into :data:`GRID_AXES` (0, "xyz": row-major over the
+            shape as written); broadcast with the other inputs.
         algorithm: ``auto`` (fastest) or one of :data:`ALGORITHMS` valid for the collective
             (all_to_all and send_recv: ``auto`` only). An algorithm that cannot run on a
             placement (``in_network`` across nodes or without switch reduction) takes
@@ -567,11 +584,15 @@ def collective_time_s(
     msg = np.asarray(message_B, dtype=float)
     n = np.maximum(np.asarray(group_size, dtype=float), 1.0)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
+    codes = np.asarray(axes, dtype=float)
     rows = () if code is None else code.shape
-    shape = np.broadcast(msg, n, s, np.empty(prep.batch_shape), np.empty(rows)).shape
+    shape = np.broadcast(msg, n, s, codes, np.empty(prep.batch_shape), np.empty(rows)).shape
     msg, n, s = (x if x.shape == shape else np.full(shape, x) for x in (msg, n, s))
     d = prep.devices_per_node  # one value or one per network: broadcasts in the arithmetic
     up, out = prep.up, prep.out
+    if np.any(codes != 0):  # another embedding than row-major somewhere: per element
+        codes = np.broadcast_to(codes, shape)
+        up, out = (replace(lv, axes=codes) for lv in (up, out))
     m, nodes = _placement(n, s, d)
     node_stride = np.maximum(np.floor(s / d), 1.0)  # 1 where s < d
     multi = nodes > 1

@@ -116,6 +116,8 @@ SPACE = {
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
+        "rank_order": {"type": "categorical", "choices": ["tp-cp-dp-pp", "dp-tp-cp-pp"]},
+        "grid_axes": {"type": "categorical", "choices": ["xyz", "yxz"]},
     },
 }
 
@@ -143,7 +145,8 @@ def test_a_knobs_best_mapping_entry_comes_from_the_table() -> None:
     scenario = load_scenario(SCENARIO)
     columns = enumerate_mappings(scenario)
     assert tuple(columns) == MAPPING_COLUMNS
-    fixed_by_model = ("context_parallel", "expert_parallel")  # dense model, short sequence
+    # dense model, short sequence; a switched network has no axes to order
+    fixed_by_model = ("context_parallel", "expert_parallel", "grid_axes")
     for k in TRANSFORMER:  # framework switches stay as the scenario sets them
         if k.framework:
             assert set(columns[k.column]) == {k.encode(getattr(scenario.mapping, k.name))}

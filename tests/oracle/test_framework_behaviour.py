@@ -106,12 +106,12 @@ def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -
         def __init__(self) -> None:
             self.msgs: list[float] = []
 
-        def coll(self, kind: str, msg: float, size: float, stride: float) -> float:
+        def coll(self, kind: str, msg: float, size: float, stride: float, axes: float) -> float:
             self.msgs.append(msg)
             return 0.0
 
     def kv_message(tp: int, kv: int) -> float:
-        i = SimpleNamespace(mb=1, s=8192, kv=kv, tp=tp, d_h=128, p=2.0, cp=2, st_cp=tp)
+        i = SimpleNamespace(mb=1, s=8192, kv=kv, tp=tp, d_h=128, p=2.0, cp=2, st_cp=tp, axes=0.0)
         o = Ops()
         context_comm(i, o, Attention(fwd=1.0, bwd=2.0))  # type: ignore[arg-type]
         return o.msgs[0]

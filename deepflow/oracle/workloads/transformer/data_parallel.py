@@ -65,9 +65,9 @@ def data_parallel_comm(
     grads = params.stage * params.grad_bytes
     # the updated parameters travel in FP8 where the weights are FP8 (fp8_param_gather)
     params_b = params.stage * o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, i.p)
-    ar_dp = o.coll("all_reduce", grads, dp, st_dp)
-    rs_dp = o.coll("reduce_scatter", grads, dp, st_dp)
-    ag_dp = o.coll("all_gather", params_b, dp, st_dp)
+    ar_dp = o.coll("all_reduce", grads, dp, st_dp, i.axes)
+    rs_dp = o.coll("reduce_scatter", grads, dp, st_dp, i.axes)
+    ag_dp = o.coll("all_gather", params_b, dp, st_dp, i.axes)
     t_f_stage = i.layers_stage * layer.fwd
     t_b_stage = i.layers_stage * layer.bwd
     overlap = i.x["overlap_grad_reduce"] > 0
@@ -111,7 +111,7 @@ def _zero3_blocking(i: Inputs, o: Any, params: StageParams, rate_Bps: float) -> 
     ]
 
     def blocking(kind: str, t: Any) -> Any:
-        return o.maximum(o.coll(kind, t, dp, i.st_dp), t * (dp - 1) / dp / rate_Bps)
+        return o.maximum(o.coll(kind, t, dp, i.st_dp, i.axes), t * (dp - 1) / dp / rate_Bps)
 
     per_layer = sum(
         gathers * blocking("all_gather", t) + blocking("reduce_scatter", t) for t in tensors_B
@@ -131,4 +131,4 @@ def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
 def embedding_sync(i: Inputs, o: Any, params: StageParams) -> Any:
     """The tied embedding's gradient all-reduce between the first and the last stage."""
     msg = params.embedding / i.tp * params.grad_bytes
-    return o.where(i.pp > 1, o.coll("all_reduce", msg, 2.0, i.st_pp), 0.0)
+    return o.where(i.pp > 1, o.coll("all_reduce", msg, 2.0, i.st_pp, i.axes), 0.0)

@@ -257,9 +257,9 @@ def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
     """
     sp, tp = i.sp, i.tp
     act_msg = i.T * i.h * i.p  # one activation tensor, nccl 'size' (§C3.1)
-    ar = o.coll("all_reduce", act_msg, tp, i.st_tp)
-    ag = o.coll("all_gather", act_msg, tp, i.st_tp)
-    rs = o.coll("reduce_scatter", act_msg, tp, i.st_tp)
+    ar = o.coll("all_reduce", act_msg, tp, i.st_tp, i.axes)
+    ag = o.coll("all_gather", act_msg, tp, i.st_tp, i.axes)
+    rs = o.coll("reduce_scatter", act_msg, tp, i.st_tp, i.axes)
     overlap = i.x["tp_comm_overlap"] > 0
     q, pr, up, dn = gemms.qkv, gemms.proj, gemms.up, gemms.down
     # the column-parallel backward: its input-gradient reduction (and SP re-gather) each
@@ -313,7 +313,7 @@ def context_comm(i: Inputs, o: Any, attn: Attention) -> ContextComm:
     the chunk in hand (docs/model.md §C3.1, §C3.2). A tensor-parallel rank exchanges only its
     own K/V heads (kv/tp, at least one: heads replicate when tp exceeds them)."""
     kv_msg = 2 * i.mb * i.s * o.maximum(i.kv / i.tp, 1.0) * i.d_h * i.p
-    cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp)
+    cp_ag = o.coll("all_gather", kv_msg, i.cp, i.st_cp, i.axes)
     return ContextComm(
         fwd=o.maximum(cp_ag - attn.fwd, 0.0), bwd=o.maximum(2 * cp_ag - attn.bwd, 0.0)
     )
@@ -329,7 +329,7 @@ class ExpertComm(NamedTuple):
 def expert_comm(i: Inputs, o: Any) -> ExpertComm:
     """Expert parallelism is carved out of data parallelism (contract): EP ranks are DP ranks;
     each token's hidden state goes to its top-k experts and back (docs/model.md §C3.2)."""
-    a2a = o.where(i.moe, o.coll("all_to_all", i.T * i.topk * i.h * i.p, i.ep, i.st_dp), 0.0)
+    a2a = o.where(i.moe, o.coll("all_to_all", i.T * i.topk * i.h * i.p, i.ep, i.st_dp, i.axes), 0.0)
     return ExpertComm(fwd=2 * a2a, bwd=2 * a2a)
 
 

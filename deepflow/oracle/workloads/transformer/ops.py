@@ -65,8 +65,8 @@ class ArrayOps:
     def mem(self, nbytes: Any, flops: Any = 0.0, launches: Any = 1.0) -> Any:
         return _mem_s(self.caps, nbytes, flops, launches)
 
-    def coll(self, kind: str, msg: Any, size: Any, stride: Any) -> Any:
-        return _coll(kind, msg, size, self.net, stride)
+    def coll(self, kind: str, msg: Any, size: Any, stride: Any, axes: Any = 0.0) -> Any:
+        return _coll(kind, msg, size, self.net, stride, axes)
 
 
 def _scalar_where(c: Any, a: Any, b: Any) -> Any:
@@ -127,10 +127,10 @@ class ScalarOps:
         t = self._mem.get(key)
         return self._miss(1, key) if t is None else t
 
-    def coll(self, kind: str, msg: float, size: float, stride: float) -> float:
+    def coll(self, kind: str, msg: float, size: float, stride: float, axes: float = 0.0) -> float:
         if size <= 1 or msg <= 0:  # no communication (collective_time_s gives 0 too)
             return 0.0
-        key = (_SAME_COST.get(kind, kind), msg, size, stride)
+        key = (_SAME_COST.get(kind, kind), msg, size, stride, axes)
         t = self._coll.get(key)
         return self._miss(2, key) if t is None else t
 
@@ -174,10 +174,11 @@ class ScalarOps:
             times = memory_op_time_s(self.caps, nbytes, flops, launches=launches)
             self._mem.update(zip(mems, times.tolist(), strict=True))
         if colls:
-            kinds, msg, size, stride = zip(*colls, strict=True)
+            kinds, msg, size, stride, axes = zip(*colls, strict=True)
             times = collective_time_s(
-                kinds, np.array(msg), np.array(size), net=self.net, stride=np.array(stride)
-            )
+                kinds, np.array(msg), np.array(size), net=self.net, stride=np.array(stride),
+                axes=np.array(axes),
+            )  # fmt: skip
             self._coll.update(zip(colls, times.tolist(), strict=True))
         return len(gemms) + len(mems) + len(colls)
 
@@ -321,31 +322,32 @@ def _mem_s(caps: DeviceCaps, nbytes: F, flops: F | float = 0.0, launches: F | fl
 
 
 @lru_cache(maxsize=65536)
-def _coll_one(kind: str, msg: float, size: float, net: NetworkModel, stride: float) -> float:
-    return float(collective_time_s(kind, msg, size, net=net, stride=stride))
+def _coll_one(
+    kind: str, msg: float, size: float, net: NetworkModel, stride: float, axes: float
+) -> float:
+    return float(collective_time_s(kind, msg, size, net=net, stride=stride, axes=axes))
 
 
-def _coll(kind: str, msg: F, size: F, net: NetworkModel, stride: F) -> F:
+def _coll(kind: str, msg: F, size: F, net: NetworkModel, stride: F, axes: F | float) -> F:
     """Collective seconds; a scalar case is memoised per (collective, size, group, network)."""
-    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (msg, size, stride)))
+    values = (msg, size, stride, axes)
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values))
     if arrays[0].size == 1:
         try:
-            t = _coll_one(
-                kind,
-                float(arrays[0].ravel()[0]),
-                float(arrays[1].ravel()[0]),
-                net,
-                float(arrays[2].ravel()[0]),
-            )
+            t = _coll_one(kind, *(float(a.ravel()[0]) for a in arrays[:2]), net,
+                          *(float(a.ravel()[0]) for a in arrays[2:]))  # fmt: skip
             return np.full(arrays[0].shape, t)
         except TypeError:  # a network with array fields is not hashable
             pass
     if arrays[0].size > _DEDUP_MIN_ROWS and not net._prepared.batch_shape:
-        # One network, many mappings: few distinct (message, group, stride); evaluate those.
+        # One network, many mappings: few distinct (message, group, stride, axes); evaluate those.
         unique, inverse = _unique_columns(np.stack([a.ravel() for a in arrays]))
-        times = collective_time_s(kind, unique[0], unique[1], net=net, stride=unique[2])
+        times = collective_time_s(kind, unique[0], unique[1], net=net, stride=unique[2],
+                                  axes=unique[3])  # fmt: skip
         return np.asarray(times[inverse].reshape(arrays[0].shape), dtype=float)
-    return np.asarray(collective_time_s(kind, msg, size, net=net, stride=stride), dtype=float)
+    return np.asarray(
+        collective_time_s(kind, msg, size, net=net, stride=stride, axes=axes), dtype=float
+    )
 
 
 def clear_memos() -> None:

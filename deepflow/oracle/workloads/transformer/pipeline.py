@@ -54,7 +54,7 @@ def _p2p(i: Inputs, o: Any, tp: TensorComm, layer: LayerTimes) -> Any:
     """
     p2p_msg = i.T * i.h * i.p / i.tp
     regather = o.where(i.sp, 0.0, tp.all_gather)
-    send = o.coll("send_recv", p2p_msg, 2.0, i.st_pp)
+    send = o.coll("send_recv", p2p_msg, 2.0, i.st_pp, i.axes)
     exposed = 2 * i.v * (send + regather)
     chunk = i.layers_stage / i.v * (layer.fwd + layer.bwd)  # one chunk, forward and backward
     hidden = o.maximum(2 * (send + regather) - chunk, 0.0) * i.v
