@@ -114,6 +114,30 @@ def test_the_kv_cache_bounds_concurrency_and_the_rest_waits() -> None:
     assert fp8["max_concurrency"] > 1.9 * r["max_concurrency"]
 
 
+def test_on_demand_kv_blocks_admit_more_requests_than_full_context_reservation() -> None:
+    # 1024 + 2048 tokens: reserved whole, a request holds 3072 tokens; paged, it holds on
+    # average its prompt and half its output, 2048 tokens, so the same memory holds 1.5x as many
+    full = evaluate_one(serving(global_batch_size=4096, output_tokens=2048))
+    paged = evaluate_one(
+        serving(global_batch_size=4096, output_tokens=2048, kv_cache_reservation="on_demand")
+    )
+    assert full["memory_capacity_B"] == paged["memory_capacity_B"]
+    assert paged["max_concurrency"] > 1.45 * full["max_concurrency"]
+    assert paged["active_batch"] == paged["max_concurrency"] > full["active_batch"]
+    per_request = {r: x["memory_breakdown_B"]["kv_cache"] / x["active_batch"]
+                   for r, x in (("full", full), ("paged", paged))}  # fmt: skip
+    assert per_request["paged"] == pytest.approx(per_request["full"] * 2048 / 3072)
+    # more requests in the same slots: less waiting for one
+    assert paged["queue_wait_s"] < full["queue_wait_s"]
+    assert paged["memory_per_device_B"] <= paged["memory_capacity_B"]
+
+
+def test_an_unknown_kv_cache_reservation_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"workload.kv_cache_reservation must be one of: "
+                                          r"full_context, on_demand; got 'lazy'\."):  # fmt: skip
+        serving(kv_cache_reservation="lazy")
+
+
 def test_the_schedulers_caps_bound_the_running_batch() -> None:
     assert evaluate_one(serving(global_batch_size=64, max_batch_size=16))["active_batch"] == 16
     # a token budget T holds B·(1 + s_in/s_out) tokens at steady state: 2304 / (1 + 8) = 256
@@ -225,6 +249,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "input_tokens": [128, 2048, 2048, 4096, 128],
         "output_tokens": [128, 1, 256, 2048, 128],
         "static_batching": [0, 1, 0, 1, 0],
+        "kv_on_demand": [0, 0, 1, 1, 0],
         "max_num_tokens": [0, 0, 8192, 0, 0],
         "cuda_graph_padding": [1, 0, 1, 0, 0],
         "max_batch_size": [0, 0, 0, 0, 1024],
@@ -237,6 +262,8 @@ def test_batch_equals_loop_of_singles() -> None:
         changes = {keys[k]: int(v[i]) for k, v in columns.items() if k in keys}
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
+        changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]
+                                           else "full_context")  # fmt: skip
         one = evaluate_one(
             dataclasses.replace(s, workload=dataclasses.replace(s.workload, **changes))
         )
