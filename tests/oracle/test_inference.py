@@ -327,3 +327,28 @@ def test_the_framework_host_time_bounds_each_iteration() -> None:
     # a host time within the GPU's hides behind it (the overlap scheduler)
     hidden = evaluate_one(serving(global_batch_size=256, host_us_per_request=1))
     assert hidden["step_time_s"] == base["step_time_s"]
+
+
+def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all() -> None:
+    # Mixtral 8x7B (E = 8, k = 2) in the memory-bound decode of a few requests: under uniform
+    # routing a step touches E·(1 − (1 − k/E)^B) distinct experts of a layer, so each extra
+    # request adds the bytes of the experts it newly touches, and 64 requests read all 8
+    caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
+    bandwidth = caps.hbm_efficiency * caps.hbm_bandwidth_Bps
+    expert_B = 32 * 3 * 4096 * 14336 * 2  # 32 layers of SwiGLU experts in bf16
+
+    def step_s(batch: int) -> float:
+        r = evaluate_one(serving(model="mixtral-8x7b", global_batch_size=batch, batching="static"))
+        return float(r["breakdown_s"]["decode_gemm"]) / 127
+
+    def touched(batch: int) -> float:
+        return 8 * (1 - (1 - 2 / 8) ** batch)
+
+    steps = {b: step_s(b) for b in (1, 2, 4, 8, 64, 256)}
+    assert list(steps.values()) == sorted(steps.values())
+    for b in (2, 4):
+        added = (touched(b) - touched(1)) * expert_B / bandwidth
+        assert steps[b] - steps[1] == pytest.approx(added, rel=0.02)
+    assert touched(64) == pytest.approx(8.0, rel=1e-7)
+    # past saturation only the rows grow: the weight reads stop adding time
+    assert steps[256] - steps[64] < 0.1 * (steps[64] - steps[1])

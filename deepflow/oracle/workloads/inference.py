@@ -134,12 +134,17 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     up = (s.mats - 1) * s.ffn / s.tp
     dense = _gemm(caps, s, tokens, up, s.h) + _gemm(caps, s, tokens, s.h, s.ffn / s.tp)
     # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here; under
-    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep)
+    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep), so a step
+    # touches E·(1 − (1 − k/E)^B) distinct experts of the E (Fedus et al., JMLR 2022 §2.2, the
+    # token-choice top-k router; the expected coverage of B·k uniform picks). A grouped GEMM
+    # (TensorRT-LLM's and vLLM's fused-MoE kernels) runs only the experts with rows, each
+    # padded to the MMA tile: the routed rows spread over the used experts
     local = np.maximum(s.experts / s.ep, 1.0)
-    per_expert = tokens * s.topk * s.ep / np.maximum(s.experts, 1.0)
     used = local * -np.expm1(tokens * s.ep * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
-    experts = _gemm(caps, s, per_expert, up, s.h, local, used * up * s.h) + _gemm(
-        caps, s, per_expert, s.h, s.ffn / s.tp, local, used * s.ffn / s.tp * s.h
+    rows = tokens * s.topk * s.ep * local / np.maximum(s.experts, 1.0)  # routed here
+    per_expert = rows / np.maximum(used, 1e-300)
+    experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h) + _gemm(
+        caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h
     )
     router = _gemm(caps, s, tokens, s.experts, s.h)
     return qkv + proj + np.where(s.moe, router + experts, dense)
