@@ -900,7 +900,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
     * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
     * TensorRT-LLM's PyTorch-backend executor's host time per running request and iteration
-      (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``).
+      (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``);
+    * how the scheduler reserves KV cache (:func:`kv_cache_reservation`).
     """
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
@@ -909,6 +910,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "batching": "static" if lockstep else "continuous",
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
+        "kv_cache_reservation": kv_cache_reservation(case),
     }
     if "tensorrt-llm" in text and "pytorch backend" in text:
         from deepflow.config.calibration import current_calibration
@@ -922,6 +924,32 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     else:
         out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
     return out
+
+
+def kv_cache_reservation(case: dict[str, Any]) -> str:
+    """How the case's server reserves KV cache for a request it admits (docs/model.md §D3):
+
+    * ``on_demand`` for vLLM (PagedAttention: "blocks are allocated on demand" as tokens are
+      generated, and requests are preempted when they run out; Kwon et al., SOSP'23, §4.2-4.5,
+      https://arxiv.org/abs/2309.06180), SGLang (token-level pool, retracting requests when it
+      runs out) and LMDeploy's TurboMind from v0.1 on (TurboMind 2.x "has implemented Paged
+      Attention, managing the k/v cache in blocks" of ``cache_block_seq_len`` tokens,
+      https://github.com/InternLM/lmdeploy/blob/main/docs/en/inference/turbomind_config.md);
+    * ``full_context`` otherwise: TensorRT-LLM's default capacity scheduler policy
+      ``GUARANTEED_NO_EVICT`` admits a request only when blocks for its prompt and all its
+      output tokens are free (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html,
+      "Capacity Scheduler Policy"), and LMDeploy 0.0.x (TurboMind 1.0) kept a cache entry of a
+      whole session per sequence.
+    """
+    inf = case.get("inference") or {}
+    text = str(inf.get("framework") or "").lower()
+    if re.search(r"\bvllm\b|\bsglang\b", text):
+        return "on_demand"
+    if re.search(r"lmdeploy|turbomind", text):
+        version = re.search(r"(\d+)\.(\d+)", str(inf.get("framework_version") or ""))
+        if version is None or (int(version[1]), int(version[2])) >= (0, 1):
+            return "on_demand"
+    return "full_context"
 
 
 #: trtllm-bench's bytes per weight and KV element by quantisation (TensorRT-LLM

@@ -95,7 +95,8 @@ FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
                  "output_tokens", "kv_cache_precision", "batching", "max_batch_size",
-                 "max_num_tokens", "cuda_graph_padding", "host_us_per_request",
+                 "max_num_tokens", "kv_cache_reservation", "cuda_graph_padding",
+                 "host_us_per_request",
                  "electricity_usd_per_kWh",
                  "amortization_years")  # fmt: skip
 #: Model spec class per ``kind``; workload kinds registered with the oracle add theirs

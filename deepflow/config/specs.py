@@ -66,6 +66,9 @@ WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
 WORKLOAD_KINDS = ("training", "inference")
 #: How a server batches requests (``workload.batching``; docs/model.md §D2).
 SERVING_BATCHING = ("continuous", "static")
+#: How a server's scheduler reserves KV cache for a running request (``workload.kv_cache_
+#: reservation``; docs/model.md §D3): its whole context up front, or blocks as its tokens come.
+KV_CACHE_RESERVATIONS = ("full_context", "on_demand")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 #: Activation recompute: none; Megatron's selective (the attention core); full (the layer
@@ -265,6 +268,13 @@ class WorkloadSpec:
         "host_us_per_request", scale=1e-6, ge=0, default=0.0,
         doc="serving: the framework's host time per running request and iteration (an iteration "
             "lasts at least that many; 0: none)",
+    )  # fmt: skip
+    kv_cache_reservation: str = key(
+        "kv_cache_reservation", choices=KV_CACHE_RESERVATIONS, default="full_context",
+        doc="serving: full_context (a request is admitted only with KV blocks for its prompt and "
+            "all its output: TensorRT-LLM's GUARANTEED_NO_EVICT) or on_demand (paged blocks "
+            "allocated as its tokens come, preempting when they run out: vLLM, LMDeploy "
+            "TurboMind 2.x)",
     )  # fmt: skip
     cuda_graph_padding: bool = key(
         "cuda_graph_padding", default=False,

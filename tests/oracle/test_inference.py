@@ -114,6 +114,30 @@ def test_the_kv_cache_bounds_concurrency_and_the_rest_waits() -> None:
     assert fp8["max_concurrency"] > 1.9 * r["max_concurrency"]
 
 
+def test_on_demand_kv_blocks_admit_more_requests_than_full_context_reservation() -> None:
+    # 1024 + 2048 tokens: reserved whole, a request holds 3072 tokens; paged, it holds on
+    # average its prompt and half its output, 2048 tokens, so the same memory holds 1.5x as many
+    full = evaluate_one(serving(global_batch_size=4096, output_tokens=2048))
+    paged = evaluate_one(
+        serving(global_batch_size=4096, output_tokens=2048, kv_cache_reservation="on_demand")
+    )
+    assert full["memory_capacity_B"] == paged["memory_capacity_B"]
+    assert paged["max_concurrency"] > 1.45 * full["max_concurrency"]
+    assert paged["active_batch"] == paged["max_concurrency"] > full["active_batch"]
+    per_request = {r: x["memory_breakdown_B"]["kv_cache"] / x["active_batch"]
+                   for r, x in (("full", full), ("paged", paged))}  # fmt: skip
+    assert per_request["paged"] == pytest.approx(per_request["full"] * 2048 / 3072)
+    # more requests in the same slots: less waiting for one
+    assert paged["queue_wait_s"] < full["queue_wait_s"]
+    assert paged["memory_per_device_B"] <= paged["memory_capacity_B"]
+
+
+def test_an_unknown_kv_cache_reservation_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"workload.kv_cache_reservation must be one of: "
+                                          r"full_context, on_demand; got 'lazy'\."):  # fmt: skip
+        serving(kv_cache_reservation="lazy")
+
+
 def test_the_schedulers_caps_bound_the_running_batch() -> None:
     assert evaluate_one(serving(global_batch_size=64, max_batch_size=16))["active_batch"] == 16
     # a token budget T holds B·(1 + s_in/s_out) tokens at steady state: 2304 / (1 + 8) = 256
@@ -225,6 +249,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "input_tokens": [128, 2048, 2048, 4096, 128],
         "output_tokens": [128, 1, 256, 2048, 128],
         "static_batching": [0, 1, 0, 1, 0],
+        "kv_on_demand": [0, 0, 1, 1, 0],
         "max_num_tokens": [0, 0, 8192, 0, 0],
         "cuda_graph_padding": [1, 0, 1, 0, 0],
         "max_batch_size": [0, 0, 0, 0, 1024],
@@ -237,6 +262,8 @@ def test_batch_equals_loop_of_singles() -> None:
         changes = {keys[k]: int(v[i]) for k, v in columns.items() if k in keys}
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
+        changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]
+                                           else "full_context")  # fmt: skip
         one = evaluate_one(
             dataclasses.replace(s, workload=dataclasses.replace(s.workload, **changes))
         )
@@ -300,3 +327,28 @@ def test_the_framework_host_time_bounds_each_iteration() -> None:
     # a host time within the GPU's hides behind it (the overlap scheduler)
     hidden = evaluate_one(serving(global_batch_size=256, host_us_per_request=1))
     assert hidden["step_time_s"] == base["step_time_s"]
+
+
+def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all() -> None:
+    # Mixtral 8x7B (E = 8, k = 2) in the memory-bound decode of a few requests: under uniform
+    # routing a step touches E·(1 − (1 − k/E)^B) distinct experts of a layer, so each extra
+    # request adds the bytes of the experts it newly touches, and 64 requests read all 8
+    caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
+    bandwidth = caps.hbm_efficiency * caps.hbm_bandwidth_Bps
+    expert_B = 32 * 3 * 4096 * 14336 * 2  # 32 layers of SwiGLU experts in bf16
+
+    def step_s(batch: int) -> float:
+        r = evaluate_one(serving(model="mixtral-8x7b", global_batch_size=batch, batching="static"))
+        return float(r["breakdown_s"]["decode_gemm"]) / 127
+
+    def touched(batch: int) -> float:
+        return 8 * (1 - (1 - 2 / 8) ** batch)
+
+    steps = {b: step_s(b) for b in (1, 2, 4, 8, 64, 256)}
+    assert list(steps.values()) == sorted(steps.values())
+    for b in (2, 4):
+        added = (touched(b) - touched(1)) * expert_B / bandwidth
+        assert steps[b] - steps[1] == pytest.approx(added, rel=0.02)
+    assert touched(64) == pytest.approx(8.0, rel=1e-7)
+    # past saturation only the rows grow: the weight reads stop adding time
+    assert steps[256] - steps[64] < 0.1 * (steps[64] - steps[1])

@@ -20,9 +20,11 @@ reuse the training model's kernels and collectives:
   ``ttft_s``): N requests in a closed system of B slots each taking the cycle C wait
   C·(N/B − 1) (Little's law);
 * memory per device: the weights of its stage and shard, the KV cache of the running requests
-  at full context, one iteration's activations and logits, and the framework reserves
-  (``configs/calibration/frameworks.yaml``, ``memory``); only weights that leave room for no
-  request make a case infeasible.
+  (at full context where the scheduler reserves it on admission, TensorRT-LLM's
+  ``GUARANTEED_NO_EVICT``; at their mean context s_in + s_out/2 where paged blocks are
+  allocated as tokens come, vLLM's and LMDeploy TurboMind's), one iteration's activations
+  and logits, and the framework reserves (``configs/calibration/frameworks.yaml``,
+  ``memory``); only weights that leave room for no request make a case infeasible.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ INFERENCE_COLUMNS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
     "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
     "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
-    "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
+    "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
@@ -132,12 +134,17 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     up = (s.mats - 1) * s.ffn / s.tp
     dense = _gemm(caps, s, tokens, up, s.h) + _gemm(caps, s, tokens, s.h, s.ffn / s.tp)
     # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here; under
-    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep)
+    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep), so a step
+    # touches E·(1 − (1 − k/E)^B) distinct experts of the E (Fedus et al., JMLR 2022 §2.2, the
+    # token-choice top-k router; the expected coverage of B·k uniform picks). A grouped GEMM
+    # (TensorRT-LLM's and vLLM's fused-MoE kernels) runs only the experts with rows, each
+    # padded to the MMA tile: the routed rows spread over the used experts
     local = np.maximum(s.experts / s.ep, 1.0)
-    per_expert = tokens * s.topk * s.ep / np.maximum(s.experts, 1.0)
     used = local * -np.expm1(tokens * s.ep * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
-    experts = _gemm(caps, s, per_expert, up, s.h, local, used * up * s.h) + _gemm(
-        caps, s, per_expert, s.h, s.ffn / s.tp, local, used * s.ffn / s.tp * s.h
+    rows = tokens * s.topk * s.ep * local / np.maximum(s.experts, 1.0)  # routed here
+    per_expert = rows / np.maximum(used, 1e-300)
+    experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h) + _gemm(
+        caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h
     )
     router = _gemm(caps, s, tokens, s.experts, s.h)
     return qkv + proj + np.where(s.moe, router + experts, dense)
@@ -298,7 +305,8 @@ def _memory(
     caps: DeviceCaps, x: Mapping[str, F], s: _Shape, cal: MemoryCalibration, batch: F
 ) -> tuple[dict[str, F], F]:
     """Bytes per device by term for ``batch`` running requests, and what one more request adds
-    (its KV cache at full context, its share of an iteration's activations and logits)."""
+    (its KV cache, at full context or its mean context as the scheduler reserves it; its share
+    of an iteration's activations and logits)."""
     h, d_h, tp = s.h, s.d_h, s.tp
     attn = h * (s.q + 2 * s.kv) * d_h + s.q * d_h * h
     mlp = s.mats * h * s.ffn / tp
@@ -306,7 +314,14 @@ def _memory(
     embedding = np.where(s.pp > 1, 1.0, 2.0) * s.vocab * h / tp
     weights = (s.layers * dense + embedding) * caps.bytes_per_element
     s_in, s_out = x["input_tokens"], x["output_tokens"]
-    kv = 2 * s.layers * (s_in + s_out) * s.kv * d_h * x["kv_cache_bytes"]
+    # KV tokens a running request holds: its whole context, reserved when it is admitted
+    # (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler), or, with blocks allocated
+    # as its tokens come (vLLM's PagedAttention block manager, Kwon et al. SOSP'23 §4.2;
+    # LMDeploy TurboMind 2.x's blocked cache), its mean over its life: requests at every stage of
+    # their s_out tokens hold s_in + s_out/2 each on average, and the scheduler preempts the
+    # newest when the blocks run out, so the pool holds that many requests at steady state
+    held = s_in + np.where(x["kv_on_demand"] > 0, s_out / 2, s_out)
+    kv = 2 * s.layers * held * s.kv * d_h * x["kv_cache_bytes"]
     # an iteration's widest activation (the MLP's up projection, per expert pick) and hidden
     # state, per token it carries: continuous batching's B(1 + s_in/s_out) + s_in, a static
     # batch's B·s_in, or the scheduler's token budget, which the framework allocates up front
@@ -347,6 +362,7 @@ class InferenceWorkload(Workload):
             "output_tokens": float(workload.output_tokens),
             "kv_cache_bytes": BYTES_PER_ELEMENT[kv],
             "static_batching": float(workload.batching == "static"),
+            "kv_on_demand": float(workload.kv_cache_reservation == "on_demand"),
             "max_batch_size": float(workload.max_batch_size),
             "max_num_tokens": float(workload.max_num_tokens),
             "cuda_graph_padding": float(workload.cuda_graph_padding),
