@@ -326,18 +326,18 @@ class MappingSpec:
         default="selective",
     )
     zero_stage: int = knob("zero_stage", workloads=_LLM, ge=0, le=3, default=1)
-    # Placement (docs/model.md §C3): which dimensions share a node, and how a direct topology's
-    # axes hold the ranks.
+    # Placement (docs/model.md §C3, §B4.10): which dimensions share a node, and how a direct
+    # topology's axes hold the ranks (CrossFlow kinds: tp is the kernel-parallel group, no cp).
     rank_order: str = knob(
         "rank_order",
-        workloads=_LLM,
+        workloads=_ALL,
         choices=RANK_ORDERS,
         default="tp-cp-dp-pp",
         doc="parallel dimensions from the innermost (consecutive ranks) outwards",
     )
     grid_axes: str = knob(
         "grid_axes",
-        workloads=_LLM,
+        workloads=_ALL,
         choices=GRID_AXES,
         default="xyz",
         doc="a torus or mesh's axes from the fastest-varying rank index to the slowest",

@@ -237,7 +237,7 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         "energy_per_step_ops_J": float(sum(ops.values())),
         "energy_ops_breakdown_J": {k: float(v) for k, v in ops.items()},
         **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
-        **_placement(scenario, kind.kind),
+        **_placement(scenario),
         **_serving(result, out, summary, workload, system.num_devices),
     }
 
@@ -247,11 +247,11 @@ _GROUPS = (("tensor_parallel", "tp"), ("context_parallel", "cp"), ("data_paralle
            ("pipeline_parallel", "pp"))  # fmt: skip
 
 
-def _placement(scenario: Scenario, kind: str) -> dict[str, Any]:
-    """Where a training transformer's parallel groups sit (docs/model.md §C3): the rank order,
+def _placement(scenario: Scenario) -> dict[str, Any]:
+    """Where a training step's parallel groups sit (docs/model.md §C3): the rank order,
     the grid axes, and per group of more than one rank its size, stride, members per node and
     nodes spanned (:func:`deepflow.oracle.network.group_placement`; tested equal)."""
-    if kind != "transformer" or scenario.workload.kind != "training":
+    if scenario.workload.kind != "training":  # serving places its groups itself (§D1)
         return {}
     mapping = scenario.mapping
     inner = mapping.rank_order.split("-")

@@ -204,3 +204,31 @@ def test_the_reported_placement_is_the_network_models(order: str) -> None:
     for g in r["placement"]["groups"].values():
         members, nodes = group_placement(g["size"], g["stride"], 8)
         assert (g["members_per_node"], g["nodes"]) == (int(members), int(nodes))
+
+
+def test_crossflow_kinds_place_their_groups_on_the_wafer_mesh() -> None:
+    # The paper's wafer (20 dies, 4 x 5 mesh), the LSTM with 4-way kernel and 5-way data
+    # parallelism: the layout the original's deviceMapping enumerates (docs/model.md §B4.10).
+    s = load_scenario(REPO / "configs" / "scenarios" / "lstm-waferscale-rc20.yaml")
+    orders, axes = ["tp-cp-dp-pp", "dp-cp-tp-pp"], ["xyz", "yxz"]
+    rows = [(o, a) for o in orders for a in axes]
+    steps = []
+    for order, ax in rows:
+        mapping = {"tensor_parallel": 4, "data_parallel": 5, "rank_order": order, "grid_axes": ax}
+        one = evaluate_one(_replace_mapping(s, mapping))
+        steps.append(one["step_time_s"])
+        tp = one["placement"]["groups"]["tensor_parallel"]
+        assert tp["stride"] == (1 if order == "tp-cp-dp-pp" else 5)
+    assert len(set(steps)) > 2  # order and axes both move the step
+    base = _replace_mapping(s, {"tensor_parallel": 4, "data_parallel": 5})
+    table = evaluate_table(base, {
+        "rank_order": np.array([KNOB["rank_order"].encode(o) for o, _ in rows]),
+        "grid_axes": np.array([KNOB["grid_axes"].encode(a) for _, a in rows]),
+    })  # fmt: skip
+    assert table["step_time_s"].tolist() == steps
+
+
+def _replace_mapping(s: Scenario, values: dict[str, Any]) -> Scenario:
+    from dataclasses import replace
+
+    return replace(s, mapping=replace(s.mapping, **values))

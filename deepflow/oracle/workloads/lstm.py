@@ -135,11 +135,13 @@ def _reduce_s(net: NetworkModel, mapping: KernelMapping, params_local: F, wgrad_
     """A block's gradient reductions: the data-parallel all-reduce of its local parameters,
     then the RC weight-gradient partial sums over the M split."""
     dp = mapping.data_parallel
-    size, stride = group_layout(mapping).data
-    data_s = collective_s("all_reduce", params_local * p, size, net=net, stride=stride)
+    layout = group_layout(mapping)
+    size, stride = layout.data
+    data_s = collective_s("all_reduce", params_local * p, size, net=net, stride=stride,
+                          axes=layout.axes)  # fmt: skip
     reduce_s = np.where(dp > 1, data_s, 0.0)
     wgrad_s = collective_s("all_reduce", wgrad_B, wgrad_group[0], net=net,
-                           stride=wgrad_group[1])  # fmt: skip
+                           stride=wgrad_group[1], axes=layout.axes)  # fmt: skip
     return np.where(wgrad_B > 0, reduce_s + wgrad_s, reduce_s)
 
 
@@ -206,11 +208,11 @@ def lstm_step(caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F]) -> dict[s
     steps = shape["seq_length"]
     blocks = _blocks(caps, net, shape, mapping, b)
     stages = _stage_grid(shape["num_layers"], pp)
-    stride = group_layout(mapping).pipeline[1]
+    layout = group_layout(mapping)
     # activations (b × D / kp per timestep) sent to the next stage: a pair of ranks
     pairs = np.where(pp > 1, 2, 1)
     send = collective_s("send_recv", b * shape["hidden_size"] * p / tp, pairs, net=net,
-                        stride=stride)  # fmt: skip
+                        stride=layout.pipeline[1], axes=layout.axes)  # fmt: skip
     transfer = np.where(pp > 1, send, 0.0)[:, None]
 
     breakdown: dict[str, F] = {}

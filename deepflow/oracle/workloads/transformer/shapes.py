@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from deepflow.config.specs import RANK_ORDERS
 from deepflow.oracle.hardware import DeviceCaps
+from deepflow.oracle.parallelism import group_strides
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 
 __all__ = ["Inputs", "inputs", "model_flops_per_step", "params_per_layer"]
@@ -115,33 +115,9 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         local_experts=o.maximum(experts / ep, 1.0),
         layers_stage=o.ceil(x["num_layers"] / pp),
         logits=T * vocab / tp,
-        **_strides((tp, cp, dp, pp), x["rank_order"], o),
+        **group_strides((tp, cp, dp, pp), x["rank_order"], o),
         axes=x["grid_axes"],
     )
-
-
-#: The parallel dimensions in the order of the stride fields, and each rank order's position
-#: of every dimension (0 innermost), by dimension: _POSITIONS[d][code].
-_DIMS = ("tp", "cp", "dp", "pp")
-_POSITIONS = tuple(tuple(float(order.split("-").index(d)) for order in RANK_ORDERS) for d in _DIMS)
-
-
-def _strides(degrees: tuple[Any, Any, Any, Any], order: Any, o: Any) -> dict[str, Any]:
-    """The stride of each parallel group: the product of the degrees of the dimensions placed
-    inside it in the rank order (docs/model.md §C3; Megatron-Core ``RankGenerator``: rank
-    r's coordinate along a dimension is r // stride % degree)."""
-    tp, cp, dp, _ = degrees
-    if not o.any(order != 0):  # the default order everywhere (code 0)
-        return {"st_tp": 1.0, "st_cp": tp, "st_dp": tp * cp, "st_pp": tp * cp * dp}
-    pos = [o.choose(order, p) for p in _POSITIONS]
-    out = {}
-    for d, (name, mine) in enumerate(zip(_DIMS, pos, strict=True)):
-        stride: Any = 1.0
-        for j, (degree, theirs) in enumerate(zip(degrees, pos, strict=True)):
-            if j != d:
-                stride = stride * o.where(theirs < mine, degree, 1.0)
-        out[f"st_{name}"] = stride
-    return out
 
 
 def _slow16(caps: DeviceCaps) -> Any:
