@@ -85,7 +85,8 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
-            "attention_kernel": "fa2", "fp8_params": False}  # fmt: skip
+            "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
+            "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -280,6 +281,14 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
     # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
     fp16 = "fp16" in str((case.get("training") or {}).get("precision") or "").lower()
+    # nanotron: gradients accumulate in its FP32GradientAccumulator where
+    # ``accumulate_grad_in_fp32`` is on (src/nanotron/helpers.py,
+    # init_optimizer_and_grad_accumulator), and build_model balances the pipeline stages by
+    # compute cost (src/nanotron/models/base.py); docs/model.md §C2.1, §C2.3
+    nanotron = "nanotron" in text
+    optimizer = f"{text} {(case.get('training') or {}).get('optimizer') or ''}".lower()
+    fp32_accumulator = nanotron and not re.search(r"accumulate_grad_in_fp32\W{0,3}(false|0)\b",
+                                                  optimizer)  # fmt: skip
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
@@ -295,6 +304,8 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, software_date(case)),
+            "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
+            "pipeline_balance": "compute" if nanotron else "layers",
             **_compiled_stack_flags(case)}  # fmt: skip
 
 
@@ -407,7 +418,10 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
         # torchtitan compiles its loss with the model since April 2025 (pytorch/torchtitan
         # PR #1033, build_loss_fn): one Inductor kernel, no fp32 copy of the logits
         return "fused"
-    if re.search(r"megatron|nemo|deepspeed", text):
+    # nanotron's sharded_cross_entropy is Megatron's vocab-parallel loss on the fp32 cast of
+    # the logits (src/nanotron/parallel/tensor_parallel/functional.py, _ShardedCrossEntropy;
+    # LlamaModel.cast_to_fp32): fp32 logits 4 + their shifted exp 4 at its forward peak
+    if re.search(r"megatron|nemo|deepspeed|nanotron", text):
         return "vocab_parallel"
     if re.search(r"torchtitan|fsdp|hugging ?face|transformers|pytorch", text):
         return "unfused"
@@ -771,6 +785,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp8_params": flags["fp8_params"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
+            "gradient_buffers": flags["gradient_buffers"],
+            "pipeline_balance": flags["pipeline_balance"],
             "cross_entropy": flags["cross_entropy"],
             "fp8_weight_cache": flags["fp8_weight_cache"],
             "overlap_p2p_comm": flags["p2p_overlap"],

@@ -369,6 +369,19 @@ def test_nemo_2024_keeps_16_bit_gradients_and_te_caches_fp8_weights() -> None:
     assert framework(_titan())["fp8_weight_cache"] is False
 
 
+def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_loss() -> None:
+    def flags(optimizer: str) -> dict[str, Any]:
+        return framework({"group": "g", "source": {"year": 2025}, "training": {
+            "framework": "nanotron v0.5 (HF), PyTorch", "optimizer": optimizer}})  # fmt: skip
+
+    on = flags("AdamW (torch fused), accumulate_grad_in_fp32=True")
+    assert (on["gradient_buffers"], on["pipeline_balance"]) == ("fp32_accumulator", "compute")
+    assert on["cross_entropy"] == "vocab_parallel"  # sharded_cross_entropy
+    assert flags("AdamW, accumulate_grad_in_fp32: false")["gradient_buffers"] == "main"
+    megatron = framework({"group": "g", "training": {"framework": "Megatron-Core"}})
+    assert (megatron["gradient_buffers"], megatron["pipeline_balance"]) == ("main", "layers")
+
+
 def test_measured_peak_memory_units_and_kinds() -> None:
     assert measured_peak_memory(_titan()) == (60.0 * 2**30, "reserved")
     decimal = _titan()

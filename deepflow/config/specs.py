@@ -18,8 +18,10 @@ __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "GRADIENT_BUFFER_MODES",
     "MASTER_WEIGHTS_MODES",
     "PEAK_PRECISIONS",
+    "PIPELINE_BALANCE_MODES",
     "RECOMPUTE_MODES",
     "TOPOLOGIES",
     "WORKLOAD_PRECISIONS",
@@ -77,6 +79,16 @@ CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
 #: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
 #: ``store_param_remainders``: the bf16 weights hold the high 16 bits).
 MASTER_WEIGHTS_MODES = ("fp32", "remainders")
+#: Where the gradients of a 16-bit model accumulate (docs/model.md §C2.1): in the main
+#: gradient buffer (Megatron's ``main_grad``, FSDP's sharded gradients: ``fp32_main_grads``
+#: says its dtype), or in nanotron's ``FP32GradientAccumulator``: an fp32 buffer of every
+#: parameter besides the 16-bit ``.grad`` autograd writes each backward and, with data
+#: parallelism, PyTorch DDP's 16-bit buckets.
+GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
+#: How layers are cut into pipeline stages (docs/model.md §C2.3): the same number of layers
+#: per stage (Megatron), or by compute cost with the output layer counted as vocab x h
+#: (nanotron's ``build_model``: the first stages take more layers).
+PIPELINE_BALANCE_MODES = ("layers", "compute")
 #: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
@@ -368,6 +380,22 @@ class MappingSpec:
         choices=MASTER_WEIGHTS_MODES,
         default="fp32",
         doc="the optimizer's master copy: fp32, or the low 16 bits of a bf16 model's",
+    )
+    gradient_buffers: str = knob(
+        "gradient_buffers",
+        workloads=_LLM,
+        framework=True,
+        choices=GRADIENT_BUFFER_MODES,
+        default="main",
+        doc="gradients accumulate in the main buffer, or nanotron's fp32 accumulator",
+    )
+    pipeline_balance: str = knob(
+        "pipeline_balance",
+        workloads=_LLM,
+        framework=True,
+        choices=PIPELINE_BALANCE_MODES,
+        default="layers",
+        doc="stages of equal layers, or of equal compute with the output layer (nanotron)",
     )
     fp8_params: bool = knob(
         "fp8_params",

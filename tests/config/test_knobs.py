@@ -113,6 +113,8 @@ SPACE = {
         "tp_comm_overlap": {"type": "fixed", "value": True},
         "tp_async_backward": {"type": "categorical", "choices": [False, True]},
         "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
+        "gradient_buffers": {"type": "categorical", "choices": ["main", "fp32_accumulator"]},
+        "pipeline_balance": {"type": "categorical", "choices": ["layers", "compute"]},
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},

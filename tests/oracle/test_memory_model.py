@@ -156,14 +156,15 @@ _degree = st.sampled_from([1, 2, 4, 8])
 @settings(max_examples=40, deadline=None)
 @given(tp=_degree, pp=_degree, cp=_degree, dp=_degree, mb=st.sampled_from([1, 2, 4]),
        rc=st.sampled_from(["none", "selective", "selective_op", "full"]),
-       fp32=st.booleans())  # fmt: skip
+       fp32=st.booleans(), accumulator=st.booleans())  # fmt: skip
 def test_more_sharding_or_recompute_never_raises_memory(
-    tp: int, pp: int, cp: int, dp: int, mb: int, rc: str, fp32: bool
+    tp: int, pp: int, cp: int, dp: int, mb: int, rc: str, fp32: bool, accumulator: bool
 ) -> None:
     base = {"tensor_parallel": tp, "pipeline_parallel": pp, "context_parallel": cp,
             "data_parallel": dp, "micro_batch_size": mb, "recompute": RECOMPUTE_CODES[rc],
             "fp32_main_grads": float(fp32), "zero_stage": 0.0,
-            "sequence_parallel": float(tp > 1)}  # fmt: skip
+            "sequence_parallel": float(tp > 1),
+            "gradient_buffers": float(accumulator)}  # fmt: skip
     variants = [base]
     variants += [{**base, "zero_stage": z} for z in (1.0, 2.0, 3.0)]
     variants += [{**base, "tensor_parallel": 2 * tp, "sequence_parallel": 1.0},
@@ -260,3 +261,49 @@ def test_fp8_parameters_replace_the_16_bit_weights_and_their_cache() -> None:
     assert own["weights"] == cached["weights"] / 2
     assert (cached["fp8_weight_cache"] > 0, own["fp8_weight_cache"]) == (True, 0.0)
     assert own["master_weights"] == cached["master_weights"]
+
+
+def test_nanotron_stages_are_balanced_by_compute_with_the_output_layer() -> None:
+    # nanotron build_model (src/nanotron/models/base.py) on its 1.34B benchmark model: 16
+    # layers of cost 2^26 (4·32·64·2048 + 3·8192·2048) and an output layer of 2^28 = 4 layers;
+    # over 2 stages the threshold is 10 layers' cost, the block that crosses it stays: rank 0
+    # holds 11 layers, rank 1 five and the output layer
+    from deepflow.oracle.workloads.transformer.memory import stage_layers
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+    from deepflow.oracle.workloads.transformer.shapes import inputs
+
+    model = llama().workload.model
+    assert isinstance(model, TransformerSpec)
+    base = transformer_columns(model, llama().mapping, 256)
+    x = {k: float(v[0]) for k, v in base.items()}
+    x |= {"num_layers": 16.0, "hidden_size": 2048.0, "num_attention_heads": 32.0,
+          "num_kv_heads": 32.0, "head_dim": 0.0, "ffn_hidden_size": 8192.0, "swiglu": 1.0,
+          "vocab_size": 131072.0, "pipeline_parallel": 2.0, "pipeline_balance": 1.0}  # fmt: skip
+    caps = device_caps(llama().system.device, "bf16", calibration=current_calibration())
+    ops = ArrayOps(caps, network_model(llama()))
+
+    def layers(**columns: float) -> tuple[float, float]:
+        first, last = stage_layers(inputs(caps, {**x, **columns}, ops), ops)
+        return float(first), float(last)
+
+    assert layers() == (11.0, 5.0)
+    assert layers(pipeline_parallel=1.0) == (16.0, 16.0)
+    assert layers(pipeline_balance=0.0) == (8.0, 8.0)  # Megatron: L/p each
+
+
+def test_nanotron_fp32_accumulator_adds_ddp_buckets_and_the_16_bit_grads() -> None:
+    # FP32GradientAccumulator: the fp32 buffer (4 B, unsharded under ZeRO-1) as Megatron's
+    # main gradients; DDP's 16-bit buckets (2 B) only with data parallelism; the 16-bit .grad
+    # of a backward only where it outgrows the activations it replaces
+    s = llama()
+    params = memory_of(s, data_parallel=1)[1]["weights"] / 2
+    _, main = memory_of(s, data_parallel=8, zero_stage=1)
+    _, acc = memory_of(s, data_parallel=8, zero_stage=1, gradient_buffers=1)
+    one_mb = acc["activations"]  # pp 1: one micro-batch's activations
+    extra = 2 * params + max(2 * params - one_mb, 0.0)
+    assert acc["gradients"] - main["gradients"] == pytest.approx(extra, rel=1e-12)
+    _, solo = memory_of(s, data_parallel=1, zero_stage=1, gradient_buffers=1)
+    _, solo_main = memory_of(s, data_parallel=1, zero_stage=1)
+    assert solo["gradients"] - solo_main["gradients"] == pytest.approx(
+        max(2 * params - one_mb, 0.0), abs=1.0
+    )

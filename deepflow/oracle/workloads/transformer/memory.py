@@ -29,7 +29,7 @@ from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
 
-__all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory"]
+__all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory", "stage_layers"]
 
 F = NDArray[np.float64]
 
@@ -147,6 +147,27 @@ class Memory(NamedTuple):
     total: Any  #: with the CUDA context and NCCL buffers: what must fit the device
 
 
+def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
+    """Layers of the first and of the last pipeline stage (docs/model.md §C2.3).
+
+    Even stages (``pipeline_balance`` layers): ceil(L/p) each. Compute-balanced stages
+    (nanotron ``build_model``, src/nanotron/models/base.py): the blocks in order, a decoder
+    layer costing 4·a·d·h + mats·F·h and the output layer V·h
+    (``LlamaForTraining.get_block_compute_costs``), each block goes to the current rank, which
+    hands over once the cumulative cost exceeds its threshold (r+1)/p of the total: the first
+    ⌊t/c⌋ + 1 layers go to rank 0 (t = total/p), and the last rank keeps what ranks 0..p−2 leave.
+    """
+    c = 4.0 * i.a * i.d_h * i.h + i.mats * i.ffn * i.h
+    t = (i.L * c + i.vocab * i.h) / i.pp
+    # floor(x) + 1 as 1 - ceil(-x): the layers up to and including the one that crosses t
+    first = o.minimum(1.0 - o.ceil(-t / c), i.L)
+    before_last = o.minimum(1.0 - o.ceil(-(i.pp - 1) * t / c), i.L)
+    last = o.where(i.pp > 1, o.maximum(i.L - before_last, 0.0), i.L)
+    compute_balanced = i.x["pipeline_balance"] > 0
+    return (o.where(compute_balanced, first, i.layers_stage),
+            o.where(compute_balanced, last, i.layers_stage))  # fmt: skip
+
+
 def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Memory:
     """Peak memory of a device and its breakdown (docs/model.md §C2).
 
@@ -159,7 +180,10 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     §5). ZeRO-3/FSDP also gathers the computed and the prefetched unit's weights and holds one
     unit's unsharded gradients. Activations: 1F1B holds on stage 0 p micro-batches of L/p layers
     = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches than stages scale
-    it by m/p; full recompute re-materialises one layer at a time.
+    it by m/p; full recompute re-materialises one layer at a time. nanotron's fp32 gradient
+    accumulator adds the 16-bit ``.grad`` (2) and, with data parallelism, DDP's 16-bit
+    buckets (2) to its unsharded fp32 buffer; its compute-balanced stages give the first
+    stage more layers (:func:`stage_layers`).
     """
     dp_cp = i.dp * i.cp
     zero = i.zero
@@ -170,8 +194,12 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     shard_g = o.where(zero >= 2, dp_cp, 1.0)
     # ZeRO-3: 16/D whatever the gradient dtype (DeepSpeed 2 + 2 + 12; FSDP fp32 4 + 4 + 8)
     grad_b = o.where(zero >= 3, 2.0, grad_b)
-    n = params.stage
     layer = params_per_layer(i.x, o) / i.tp
+    compute_balanced = i.x["pipeline_balance"] > 0
+    first_layers, last_layers = stage_layers(i, o)
+    # the stage's parameters with its own layers (the same for both ends with even stages)
+    n_first = params.stage + (first_layers - i.layers_stage) * layer
+    n_last = params.stage + (last_layers - i.layers_stage) * layer
     unit = o.maximum(layer, params.embedding / i.tp)  # the largest unit: a block or the embedding
     # FSDP: the computed and the prefetched block's 16-bit weights, one block's fp32
     # gradients; DeepSpeed 2021 (ZeRO-3 without overlap): module by module, 16-bit weights
@@ -186,29 +214,53 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     fp8_params = fp8 & (i.x["fp8_params"] > 0)
     weight_b = o.where(fp8_params, _FP8_WEIGHT_CACHE_B, _WEIGHT_B)
     cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0) & o.not_(fp8_params)
-    fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
+    master_b = o.choose(i.x["master_weights"], _MASTER_BYTES)
+    # nanotron's FP32GradientAccumulator (src/nanotron/optim/gradient_accumulator.py): fp32
+    # buffers of every parameter, ZeRO-1 or not (grad_buckets_named_params); with data
+    # parallelism PyTorch DDP also holds 16-bit buckets as large as the gradients
+    # (trainer.py wraps the model in DistributedDataParallel when dp > 1, and
+    # gradient_as_bucket_view is off by default: https://pytorch.org/docs/stable/generated/
+    # torch.nn.parallel.DistributedDataParallel.html)
+    accumulator = i.x["gradient_buffers"] > 0
+    grad16_b = o.where(accumulator & (i.dp > 1), _WEIGHT_B, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
     interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
-    act = i.L * (o.minimum(i.m, i.pp) / i.pp * interleave) * layer_act
+    held = o.minimum(i.m, i.pp)
+    # 1F1B: the first stage holds min(m, p) micro-batches of its layers (L/p when even)
+    first_mb_layers = o.where(compute_balanced, first_layers * held * interleave,
+                              i.L * (held / i.pp * interleave))  # fmt: skip
+    act = first_mb_layers * layer_act
     full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
     if o.any(full):  # one layer re-materialised at a time in backward
         act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8), 0.0)
-    last_act = i.layers_stage * o.minimum(i.m, 1.0) * layer_act
+    last_act = o.where(compute_balanced, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
+    last_act = last_act * layer_act
     logit_b = o.choose(i.x["cross_entropy"], _LOSS_BYTES_PER_LOGIT)
     logits = logit_b * i.logits
     first_logits = o.where(i.pp == 1, logits, 0.0)
     first_act = _ACTIVATION_OVERHEAD * act + first_logits
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
-    last_is_peak = (i.pp > 1) & (last_total_act > first_act)
+    # the model states per parameter; the two ends differ only in their layers' states
+    state_b = (weight_b / shard_w + master_b / shard_opt + grad_b / shard_g
+               + _ADAM_B / shard_opt + grad16_b)  # fmt: skip
+    last_is_peak = (i.pp > 1) & (last_total_act - first_act > state_b * (n_first - n_last))
+    n = o.where(last_is_peak, n_last, n_first)
+    fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
+    activations = _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act)
+    # the accumulator's 16-bit ``.grad`` of one backward (added into the fp32 buffer, then
+    # freed: FP32GradientAccumulator._accumulate_grad) fills as that micro-batch's
+    # activations are freed: only what exceeds them adds to the peak
+    one_mb = activations / o.where(last_is_peak, 1.0, o.maximum(held, 1.0))
+    grad16 = o.where(accumulator, o.maximum(_WEIGHT_B * n - one_mb, 0.0), 0.0)
     terms: dict[str, Any] = {
         "weights": weight_b * n / shard_w,
-        "master_weights": o.choose(i.x["master_weights"], _MASTER_BYTES) * n / shard_opt,
-        "gradients": grad_b * n / shard_g,
+        "master_weights": master_b * n / shard_opt,
+        "gradients": grad_b * n / shard_g + grad16_b * n + grad16,
         "optimizer_states": _ADAM_B * n / shard_opt,
         "fsdp_buffers": fsdp,
         "fp8_weight_cache": fp8_cache,
-        "activations": _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act),
+        "activations": activations,
         "logits": o.where(last_is_peak, logits, first_logits),
         "workspace": cal.workspace_B + 0.0 * n,
     }
