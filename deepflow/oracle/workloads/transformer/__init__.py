@@ -156,7 +156,7 @@ def compose(
     breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, calibration)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
-    mem = memory(i, o, params, calibration.memory)
+    mem = memory(i, o, params, calibration.memory_of(caps.family))
     return {
         "step_time_s": sum(breakdown.values()),
         "breakdown_s": breakdown,
