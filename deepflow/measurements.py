@@ -487,6 +487,26 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
     return "none"
 
 
+def _stated_layers(case: dict[str, Any], name: str) -> int:
+    """A Megatron-Core layer count the case states for its own run (0 where none):
+    ``training.<name>``, else ``<name> N`` or ``--<name with dashes> N`` in its
+    ``activation_recompute`` or ``techniques`` text (``recompute_num_layers``:
+    --recompute-num-layers; ``cpu_offloading_num_layers``: --cpu-offloading-num-layers).
+    Notes that list several recipes' values are not read: they do not say which is this run's.
+    """
+    training = case.get("training") or {}
+    stated = training.get(name)
+    if stated is not None:
+        if isinstance(stated, bool) or not isinstance(stated, int) or stated < 0:
+            raise ConfigError(f"{_where(case)}: training.{name} must be a whole number >= 0; "
+                              f"got {stated!r}.")  # fmt: skip
+        return stated
+    text = " ".join(str(training.get(k) or "") for k in ("activation_recompute", "techniques"))
+    flag = name.replace("_", "[_-]")
+    found = {int(v) for v in re.findall(rf"(?:--)?{flag}\W{{0,3}}(\d+)", text.lower())}
+    return found.pop() if len(found) == 1 else 0
+
+
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:
     text = str((case.get("training") or {}).get("precision") or "").lower()
     peaks = device_raw.get("peak_dense_TFLOPS") or {}
@@ -777,6 +797,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "activation_recompute": _recompute(train.get("activation_recompute"), zero,
                                                _framework_text(case)),
             "zero_stage": zero,
+            "recompute_num_layers": _stated_layers(case, "recompute_num_layers"),
+            "activation_offload_layers": _stated_layers(case, "cpu_offloading_num_layers"),
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "tp_async_backward": flags["tp_async_backward"],

@@ -331,6 +331,21 @@ def test_torchtitan_runs_its_local_batch_with_per_op_recompute_and_fsdp() -> Non
     assert training_case_scenario(_titan(tp=2, num_gpus=16)).mapping.sequence_parallel
 
 
+def test_offloaded_and_recomputed_layers_read_from_the_case_itself() -> None:
+    m = training_case_scenario(_titan(cpu_offloading_num_layers=16,
+                                      activation_recompute="full")).mapping  # fmt: skip
+    assert (m.activation_offload_layers, m.recompute_num_layers) == (16, 0)
+    block = _titan(activation_recompute="full (--recompute-method block --recompute-num-layers 5)")
+    assert training_case_scenario(block).mapping.recompute_num_layers == 5
+    # a note listing several recipes' values says none of them is this run's
+    listed = _titan()
+    listed["notes"] = "GB200 offloads 40 layers (cpu_offloading_num_layers 40), B200 95 layers"
+    assert training_case_scenario(listed).mapping.activation_offload_layers == 0
+    with pytest.raises(ConfigError, match=r"case 'titan': training.recompute_num_layers must be "
+                                          r"a whole number >= 0; got -2\."):  # fmt: skip
+        training_case_scenario(_titan(recompute_num_layers=-2))
+
+
 def test_fsdp_under_pipelining_is_zero1_with_fp32_gradients() -> None:
     m = training_case_scenario(_titan(pp=2, num_gpus=16)).mapping
     assert (m.zero_stage, m.fp32_main_grads) == (1, True)

@@ -315,6 +315,22 @@ class MappingSpec:
         default="selective",
     )
     zero_stage: int = knob("zero_stage", workloads=_LLM, ge=0, le=3, default=1)
+    # Partial recompute and activation offload (docs/model.md §C2.3): Megatron-Core's
+    # --recompute-method block --recompute-num-layers N and --cpu-offloading-num-layers N
+    recompute_num_layers: int = knob(
+        "recompute_num_layers",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="with full recompute: the layers of each model chunk recomputed (0: all)",
+    )
+    activation_offload_layers: int = knob(
+        "activation_offload_layers",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="layers of each stage whose activations are offloaded to host memory",
+    )
     # CrossFlow kernel parallelism for gemm/lstm workloads (docs/model.md §B4.6):
     # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
     # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).

@@ -307,3 +307,60 @@ def test_nanotron_fp32_accumulator_adds_ddp_buckets_and_the_16_bit_grads() -> No
     assert solo["gradients"] - solo_main["gradients"] == pytest.approx(
         max(2 * params - one_mb, 0.0), abs=1.0
     )
+
+
+def test_activation_offload_keeps_the_other_layers_and_one_in_flight() -> None:
+    # Megatron-Core --cpu-offloading-num-layers N (PP 1): N of the L layers' activations in
+    # host memory, one more layer's on the device while it is copied
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    _, kept = memory_of(s, pipeline_parallel=1, recompute=RECOMPUTE_CODES["none"])
+    _, off = memory_of(s, pipeline_parallel=1, recompute=RECOMPUTE_CODES["none"],
+                       activation_offload_layers=layers // 2)  # fmt: skip
+    expected = kept["activations"] * (layers - layers // 2 + 1) / layers
+    assert off["activations"] == pytest.approx(expected, rel=1e-12)
+    assert off["weights"] == kept["weights"]
+
+
+def test_partial_recompute_recomputes_n_layers_and_keeps_the_rest() -> None:
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    base = {"pipeline_parallel": 1, "virtual_pipeline_stages": 1}
+    _, none = memory_of(s, **base, recompute=RECOMPUTE_CODES["none"])
+    _, full = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"])
+    _, every = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"],
+                         recompute_num_layers=layers)  # fmt: skip
+    assert every["activations"] == pytest.approx(full["activations"], rel=1e-12)
+    _, half = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"],
+                        recompute_num_layers=layers // 2)  # fmt: skip
+    one = none["activations"] / layers  # one layer's activations without recompute
+    kept_input = (full["activations"] - one) / layers  # full recompute keeps the input
+    expected = (layers // 2) * kept_input + (layers - layers // 2) * one + one
+    assert half["activations"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_partial_recompute_reruns_that_share_of_the_forward() -> None:
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    mapping = dataclasses.replace(s.mapping, activation_recompute="full")
+    full = evaluate_one(dataclasses.replace(s, mapping=mapping))["breakdown_s"]["recompute"]
+    quarter = evaluate_one(dataclasses.replace(s, mapping=dataclasses.replace(
+        mapping, recompute_num_layers=layers // 4 // s.mapping.pipeline_parallel)))  # fmt: skip
+    share = (layers // 4 // s.mapping.pipeline_parallel) * s.mapping.virtual_pipeline_stages / (
+        -(-layers // s.mapping.pipeline_parallel))  # fmt: skip
+    assert quarter["breakdown_s"]["recompute"] == pytest.approx(full * share, rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 31), off=st.integers(0, 30))
+def test_more_recomputed_or_offloaded_layers_never_raise_memory(n: int, off: int) -> None:
+    full = RECOMPUTE_CODES["full"]
+    memory = _grid_memory(recompute=[full] * 4, pipeline_parallel=[1.0] * 4,
+                          virtual_pipeline_stages=[1.0] * 4,
+                          recompute_num_layers=[n + 1, n, 0, n],
+                          activation_offload_layers=[0, 0, 0, off + 1])  # fmt: skip
+    # n + 1 layers recomputed hold no more than n (0: every layer, the least)
+    if n > 0:
+        assert memory[0] <= memory[1] * (1 + 1e-12)
+    assert memory[2] <= memory[0] * (1 + 1e-12)
+    assert memory[3] <= memory[1] * (1 + 1e-12)

@@ -27,7 +27,7 @@ from deepflow.oracle.workloads.transformer.columns import (
 )
 from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
-from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
+from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
 __all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory", "stage_layers"]
 
@@ -225,17 +225,37 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     grad16_b = o.where(accumulator & (i.dp > 1), _WEIGHT_B, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
+    full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
+    plain_act = _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8) if o.any(full) else 0.0
+    # partial full recompute (recompute_num_layers): the other layers keep all activations
+    partial = (i.rc == FULL_RECOMPUTE) & (i.x["recompute_num_layers"] > 0)
+    if o.any(partial):
+        share = recomputed_share(i, o)
+        layer_act = o.where(partial, share * layer_act + (1.0 - share) * plain_act, layer_act)
     interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
     held = o.minimum(i.m, i.pp)
     # 1F1B: the first stage holds min(m, p) micro-batches of its layers (L/p when even)
     first_mb_layers = o.where(compute_balanced, first_layers * held * interleave,
                               i.L * (held / i.pp * interleave))  # fmt: skip
     act = first_mb_layers * layer_act
-    full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
-    if o.any(full):  # one layer re-materialised at a time in backward
-        act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8), 0.0)
     last_act = o.where(compute_balanced, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
     last_act = last_act * layer_act
+    # activation offload (Megatron-Core --cpu-offloading-num-layers N, Megatron-Bridge
+    # cpu_offloading_num_layers: https://docs.nvidia.com/nemo/megatron-bridge/latest/training/
+    # cpu-offloading.html): N of a stage's layers keep their activations in host memory, one
+    # more layer's in flight on the device while it is copied out or back (Transformer
+    # Engine's asynchronous offload handler overlaps the copies with the next layer)
+    off = i.x["activation_offload_layers"]
+    if o.any(off > 0):
+        first_n = o.where(compute_balanced, first_layers, i.layers_stage)
+        last_n = o.where(compute_balanced, last_layers, i.layers_stage)
+        # (offloading every layer still holds the one in flight)
+        first_keep = o.minimum((o.maximum(first_n - off, 0.0) + 1.0) / o.maximum(first_n, 1.0), 1.0)
+        last_keep = o.minimum((o.maximum(last_n - off, 0.0) + 1.0) / o.maximum(last_n, 1.0), 1.0)
+        act = o.where(off > 0, act * first_keep, act)
+        last_act = o.where(off > 0, last_act * last_keep, last_act)
+    if o.any(full):  # one layer re-materialised at a time in backward
+        act = act + o.where(full, plain_act, 0.0)
     logit_b = o.choose(i.x["cross_entropy"], _LOSS_BYTES_PER_LOGIT)
     logits = logit_b * i.logits
     first_logits = o.where(i.pp == 1, logits, 0.0)
