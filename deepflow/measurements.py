@@ -39,6 +39,7 @@ __all__ = [
     "framework",
     "framework_profile",
     "inference_case_scenario",
+    "measured_memory_stage",
     "measured_peak_memory",
     "measured_step_time_s",
     "serving_scheduler",
@@ -1073,6 +1074,23 @@ def measured_peak_memory(case: dict[str, Any]) -> tuple[float, str]:
     kind = str(measured.get("memory_kind") or "reserved").lower()
     kind = kind if kind in ("allocated", "reserved", "device") else "reserved"
     return float(gib) * 2**30, kind
+
+
+def measured_memory_stage(case: dict[str, Any]) -> str:
+    """The pipeline stage whose rank the case's memory was read on: ``first``, ``last``, or
+    ``peak`` (unknown: the stage that holds the most, what must fit). ``measured.
+    rank_measured`` where stated (Megatron-LM logs on rank world_size − 1, the last stage);
+    nanotron's benchmark CSV is written by world rank 0 (src/nanotron/helpers.py,
+    log_throughput), pipeline rank 0, since its ParallelContext lays ranks out as
+    (ep, pp, dp, cp, tp) (src/nanotron/parallel/context.py)."""
+    stated = str((case.get("measured") or {}).get("rank_measured") or "").lower()
+    if re.search(r"last (pp|pipeline) stage|world_size ?- ?1|\blast stage", stated):
+        return "last"
+    if re.search(r"first (pp|pipeline) stage|\brank 0\b|\bfirst stage", stated):
+        return "first"
+    if not stated and "nanotron" in _framework_text(case):
+        return "first"
+    return "peak"
 
 
 def measured_step_time_s(case: dict[str, Any]) -> float:

@@ -17,6 +17,7 @@ from deepflow.measurements import (
     FRAMEWORKS,
     accelerator_presets,
     framework,
+    measured_memory_stage,
     measured_peak_memory,
     measured_step_time_s,
     slice_shape,
@@ -395,6 +396,18 @@ def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_
     assert flags("AdamW, accumulate_grad_in_fp32: false")["gradient_buffers"] == "main"
     megatron = framework({"group": "g", "training": {"framework": "Megatron-Core"}})
     assert (megatron["gradient_buffers"], megatron["pipeline_balance"]) == ("main", "layers")
+
+
+def test_the_measured_rank_names_its_pipeline_stage() -> None:
+    megatron = {
+        "group": "g",
+        "training": {"framework": "Megatron-Core"},
+        "measured": {"rank_measured": "world_size-1 (last PP stage, last TP rank)"},
+    }
+    assert measured_memory_stage(megatron) == "last"
+    nanotron = {"group": "g", "training": {"framework": "nanotron v0.5"}, "measured": {}}
+    assert measured_memory_stage(nanotron) == "first"  # world rank 0 writes the bench CSV
+    assert measured_memory_stage(_titan()) == "peak"
 
 
 def test_measured_peak_memory_units_and_kinds() -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from deepflow.config import load_scenario
 from deepflow.config.calibration import current_calibration
 from deepflow.config.specs import Scenario, TransformerSpec
+from deepflow.errors import ConfigError
 from deepflow.oracle.best_mapping import best_mappings
 from deepflow.oracle.evaluate import evaluate_one, network_model
 from deepflow.oracle.hardware import device_caps
@@ -364,3 +365,31 @@ def test_more_recomputed_or_offloaded_layers_never_raise_memory(n: int, off: int
         assert memory[0] <= memory[1] * (1 + 1e-12)
     assert memory[2] <= memory[0] * (1 + 1e-12)
     assert memory[3] <= memory[1] * (1 + 1e-12)
+
+
+def test_a_measured_stage_is_scored_as_that_stage() -> None:
+    from deepflow.oracle.evaluate import stage_memory_B
+
+    s = llama()
+    s = dataclasses.replace(s, mapping=dataclasses.replace(
+        s.mapping, pipeline_parallel=4, data_parallel=s.mapping.data_parallel * s.mapping.
+        pipeline_parallel // 4, virtual_pipeline_stages=2))  # fmt: skip
+    peak = evaluate_one(s)
+    first, last = stage_memory_B(s, "first"), stage_memory_B(s, "last")
+    assert max(sum(first.values()), sum(last.values())) == pytest.approx(
+        peak["memory_per_device_B"], rel=1e-12
+    )
+    assert first["logits"] == 0 < last["logits"]
+    # interleaved 1F1B: the last rank warms up (v - 1)·p chunks, then runs one more
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    x = transformer_columns(model, s.mapping, s.workload.global_batch_size)
+    layer = float(activation_bytes_per_layer({k: v[0] for k, v in x.items()}))
+    chunks = (2 - 1) * 4 + 1
+    stage_layers = -(-model.num_layers // 4)
+    assert last["activations"] == pytest.approx(1.05 * chunks * stage_layers / 2 * layer, rel=1e-12)
+    with pytest.raises(ValueError, match="stage must be one of peak, first, last; got 'middle'"):
+        stage_memory_B(s, "middle")
+    with pytest.raises(ConfigError, match="stage memory is modelled for transformer training; "
+                                          "got a training GemmSpec workload"):  # fmt: skip
+        stage_memory_B(load_scenario(SCENARIOS / "gemm-a100.yaml"), "last")

@@ -29,7 +29,14 @@ from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
-__all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory", "stage_layers"]
+__all__ = [
+    "MEMORY_TERMS",
+    "STAGES",
+    "Memory",
+    "activation_bytes_per_layer",
+    "memory",
+    "stage_layers",
+]
 
 F = NDArray[np.float64]
 
@@ -168,7 +175,13 @@ def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
             o.where(compute_balanced, last, i.layers_stage))  # fmt: skip
 
 
-def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Memory:
+#: Which pipeline stage :func:`memory` counts: the peak one, or the first or last stage.
+STAGES = ("peak", "first", "last")
+
+
+def memory(
+    i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration, stage: str = "peak"
+) -> Memory:
     """Peak memory of a device and its breakdown (docs/model.md §C2).
 
     Model states (§C2.1) per parameter of the stage, sharded over D = data × context parallel
@@ -239,7 +252,11 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
                               i.L * (held / i.pp * interleave))  # fmt: skip
     act = first_mb_layers * layer_act
     last_act = o.where(compute_balanced, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
-    last_act = last_act * layer_act
+    # interleaved 1F1B: the last rank warms up (v − 1)·p chunks of ⌈L/p⌉/v layers before its
+    # first backward (Megatron-Core pipeline_parallel/schedules.py,
+    # forward_backward_pipelining_with_interleaving: num_warmup_microbatches)
+    last_chunks = o.minimum((i.v - 1.0) * i.pp + 1.0, i.m * i.v)
+    last_act = o.where(i.v > 1, last_chunks * (i.layers_stage / i.v), last_act) * layer_act
     # activation offload (Megatron-Core --cpu-offloading-num-layers N, Megatron-Bridge
     # cpu_offloading_num_layers: https://docs.nvidia.com/nemo/megatron-bridge/latest/training/
     # cpu-offloading.html): N of a stage's layers keep their activations in host memory, one
@@ -265,6 +282,8 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     state_b = (weight_b / shard_w + master_b / shard_opt + grad_b / shard_g
                + _ADAM_B / shard_opt + grad16_b)  # fmt: skip
     last_is_peak = (i.pp > 1) & (last_total_act - first_act > state_b * (n_first - n_last))
+    if stage != "peak":  # the stage a source measured on (its rank)
+        last_is_peak = (i.pp > 1) & (stage == "last")
     n = o.where(last_is_peak, n_last, n_first)
     fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
     activations = _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act)
