@@ -87,6 +87,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
             "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
+            "fused_swiglu": True,
             "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
@@ -307,6 +308,9 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "cross_entropy": _cross_entropy(text, software_date(case)),
             "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
             "pipeline_balance": "compute" if nanotron else "layers",
+            # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
+            # (src/nanotron/models/llama.py)
+            "fused_swiglu": not nanotron,
             **_compiled_stack_flags(case)}  # fmt: skip
 
 
@@ -810,6 +814,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp32_main_grads": flags["fp32_main_grads"],
             "gradient_buffers": flags["gradient_buffers"],
             "pipeline_balance": flags["pipeline_balance"],
+            "fused_swiglu": flags["fused_swiglu"],
             "cross_entropy": flags["cross_entropy"],
             "fp8_weight_cache": flags["fp8_weight_cache"],
             "overlap_p2p_comm": flags["p2p_overlap"],

@@ -393,6 +393,7 @@ def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_
     on = flags("AdamW (torch fused), accumulate_grad_in_fp32=True")
     assert (on["gradient_buffers"], on["pipeline_balance"]) == ("fp32_accumulator", "compute")
     assert on["cross_entropy"] == "vocab_parallel"  # sharded_cross_entropy
+    assert on["fused_swiglu"] is False  # GLUActivation in eager PyTorch
     assert flags("AdamW, accumulate_grad_in_fp32: false")["gradient_buffers"] == "main"
     megatron = framework({"group": "g", "training": {"framework": "Megatron-Core"}})
     assert (megatron["gradient_buffers"], megatron["pipeline_balance"]) == ("main", "layers")

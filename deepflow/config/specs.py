@@ -413,6 +413,13 @@ class MappingSpec:
         default="layers",
         doc="stages of equal layers, or of equal compute with the output layer (nanotron)",
     )
+    fused_swiglu: bool = knob(
+        "fused_swiglu",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="SwiGLU saves its fc1 output and fc2 input (fused kernel), or the SiLU output too",
+    )
     fp8_params: bool = knob(
         "fp8_params",
         workloads=_LLM,

@@ -79,11 +79,13 @@ def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
     GQA shrinks K and V by g = kv/a; SwiGLU's MLP keeps 6F/h instead of 4F/h; no dropout drops
     the masks and the dropout outputs; fused (flash) attention keeps only fp32 log-sum-exp
     (4·a·s·b) instead of the s² terms; context parallelism shortens s to s/c; FP8 linear
-    layers (``fp8`` 1) keep their four GEMM inputs in one byte. Per-op selective recompute
+    layers (``fp8`` 1) keep their four GEMM inputs in one byte; an unfused SwiGLU
+    (``fused_swiglu`` 0) keeps its SiLU output too. Per-op selective recompute
     (code 3) keeps the layer input, the attention output and every second matmul's output.
     """
     arrays = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     arrays.setdefault("head_dim", np.asarray(0.0))  # 0: hidden / heads
+    arrays.setdefault("fused_swiglu", np.asarray(1.0))
     fp8 = arrays.pop("fp8", np.asarray(0.0)) > 0
     return np.asarray(_activation_bytes(arrays, ArrayOps, fp8=fp8), dtype=float)
 
@@ -109,6 +111,11 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
     fp8_split = o.where(fp8, w + f_h, 0.0)
     # split by t: Q 2, K 2g, V 2g, projection input 2 (× w), MLP inputs 2·(mats)·F/h (GeLU 16)
     split = 2 * w + 4 * g * w + 2 * w + 2 * mats * f_h - fp8_split
+    # an unfused SwiGLU (nanotron's GLUActivation: act(gate) * up in eager PyTorch) also keeps
+    # the SiLU output, 2F/h, which a fused kernel recomputes in backward (Megatron-Core's
+    # bias_swiglu_fusion saves only its input)
+    unfused_glu = (x["swiglu"] > 0) & (x["fused_swiglu"] <= 0)
+    split = split + o.where(unfused_glu, 2.0 * f_h, 0.0)
     # not split without SP: 2 LayerNorm inputs 4, QKV and fc1 inputs 2 + 2, dropout masks 2
     unsplit = 4 + 2 + 2 + 2 * dropout - fp8_unsplit
     per_sbh = o.where(sp, (split + unsplit) / tp, unsplit + split / tp)
