@@ -215,15 +215,17 @@ def test_peak_memory_measurements_are_scored() -> None:
         groups.setdefault(r["group"], []).append(abs(r["error"]))
     assert len(rows) >= 15 and len(groups) >= 3
     assert all(r["measured_GiB"] > 0 and r["model_GiB"] > 0 for r in rows)
-    # README "Memory": group-weighted mean |error| 9.9 % (target <= 10 %), 13.1 % by row
-    assert np.mean([np.mean(e) for e in groups.values()]) <= 0.10
+    # README "Memory": group-weighted mean |error| 7.4 % (target <= 10 %), 8.8 % by row, max
+    # 24.8 % (target <= 20 %, not met)
+    assert np.mean([np.mean(e) for e in groups.values()]) <= 0.08
     from deepflow.validation import validation_report
 
     report = validation_report()
     assert report["memory_group_weighted_mean_abs_error"] == pytest.approx(
         np.mean([np.mean(e) for e in groups.values()]), rel=1e-12
     )
-    assert np.mean([abs(r["error"]) for r in rows]) <= 0.14
+    assert np.mean([abs(r["error"]) for r in rows]) <= 0.095
+    assert max(abs(r["error"]) for r in rows) <= 0.25
     assert all(r["feasible"] for r in rows)  # every measured run modelled as fitting
 
 
