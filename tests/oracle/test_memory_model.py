@@ -179,7 +179,10 @@ def test_more_sharding_or_recompute_never_raises_memory(
     # ranks (FSDP over 2 ranks of a small pipeline stage).
     assert np.all(np.diff(zeros[:3]) <= 1e-6 * zeros[:2])
     assert zeros[3] <= zeros[0] * (1 + 1e-12)
-    assert np.all(memory[4:7] <= memory[0] * (1 + 1e-12))  # more TP / PP / CP never more
+    # more TP / PP / CP never more, with even stages: nanotron's compute-balanced cut
+    # (pipeline_balance compute) gives rank 0 floor(t/c) + 1 layers of the p micro-batches it
+    # holds, and (floor(t/c) + 1)·p grows with p (docs/model.md §C2.3), physics not a bug
+    assert np.all(memory[4:7] <= memory[0] * (1 + 1e-12))
     assert memory[7] <= memory[0] * (1 + 1e-12)  # full recompute never more
 
 
