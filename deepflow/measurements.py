@@ -39,6 +39,7 @@ __all__ = [
     "framework",
     "framework_profile",
     "inference_case_scenario",
+    "measured_memory_stage",
     "measured_peak_memory",
     "measured_step_time_s",
     "serving_scheduler",
@@ -85,7 +86,9 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
-            "attention_kernel": "fa2", "fp8_params": False}  # fmt: skip
+            "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
+            "fused_swiglu": True,
+            "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -280,6 +283,14 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
     # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
     fp16 = "fp16" in str((case.get("training") or {}).get("precision") or "").lower()
+    # nanotron: gradients accumulate in its FP32GradientAccumulator where
+    # ``accumulate_grad_in_fp32`` is on (src/nanotron/helpers.py,
+    # init_optimizer_and_grad_accumulator), and build_model balances the pipeline stages by
+    # compute cost (src/nanotron/models/base.py); docs/model.md §C2.1, §C2.3
+    nanotron = "nanotron" in text
+    optimizer = f"{text} {(case.get('training') or {}).get('optimizer') or ''}".lower()
+    fp32_accumulator = nanotron and not re.search(r"accumulate_grad_in_fp32\W{0,3}(false|0)\b",
+                                                  optimizer)  # fmt: skip
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
@@ -295,6 +306,11 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, software_date(case)),
+            "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
+            "pipeline_balance": "compute" if nanotron else "layers",
+            # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
+            # (src/nanotron/models/llama.py)
+            "fused_swiglu": not nanotron,
             **_compiled_stack_flags(case)}  # fmt: skip
 
 
@@ -407,7 +423,10 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
         # torchtitan compiles its loss with the model since April 2025 (pytorch/torchtitan
         # PR #1033, build_loss_fn): one Inductor kernel, no fp32 copy of the logits
         return "fused"
-    if re.search(r"megatron|nemo|deepspeed", text):
+    # nanotron's sharded_cross_entropy is Megatron's vocab-parallel loss on the fp32 cast of
+    # the logits (src/nanotron/parallel/tensor_parallel/functional.py, _ShardedCrossEntropy;
+    # LlamaModel.cast_to_fp32): fp32 logits 4 + their shifted exp 4 at its forward peak
+    if re.search(r"megatron|nemo|deepspeed|nanotron", text):
         return "vocab_parallel"
     if re.search(r"torchtitan|fsdp|hugging ?face|transformers|pytorch", text):
         return "unfused"
@@ -471,6 +490,26 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
         # run without activation checkpointing; Eq. 3 (the source's FLOP count) assumes it.
         return "full"
     return "none"
+
+
+def _stated_layers(case: dict[str, Any], name: str) -> int:
+    """A Megatron-Core layer count the case states for its own run (0 where none):
+    ``training.<name>``, else ``<name> N`` or ``--<name with dashes> N`` in its
+    ``activation_recompute`` or ``techniques`` text (``recompute_num_layers``:
+    --recompute-num-layers; ``cpu_offloading_num_layers``: --cpu-offloading-num-layers).
+    Notes that list several recipes' values are not read: they do not say which is this run's.
+    """
+    training = case.get("training") or {}
+    stated = training.get(name)
+    if stated is not None:
+        if isinstance(stated, bool) or not isinstance(stated, int) or stated < 0:
+            raise ConfigError(f"{_where(case)}: training.{name} must be a whole number >= 0; "
+                              f"got {stated!r}.")  # fmt: skip
+        return stated
+    text = " ".join(str(training.get(k) or "") for k in ("activation_recompute", "techniques"))
+    flag = name.replace("_", "[_-]")
+    found = {int(v) for v in re.findall(rf"(?:--)?{flag}\W{{0,3}}(\d+)", text.lower())}
+    return found.pop() if len(found) == 1 else 0
 
 
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:
@@ -763,6 +802,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "activation_recompute": _recompute(train.get("activation_recompute"), zero,
                                                _framework_text(case)),
             "zero_stage": zero,
+            "recompute_num_layers": _stated_layers(case, "recompute_num_layers"),
+            "activation_offload_layers": _stated_layers(case, "cpu_offloading_num_layers"),
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "tp_async_backward": flags["tp_async_backward"],
@@ -771,6 +812,9 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp8_params": flags["fp8_params"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
+            "gradient_buffers": flags["gradient_buffers"],
+            "pipeline_balance": flags["pipeline_balance"],
+            "fused_swiglu": flags["fused_swiglu"],
             "cross_entropy": flags["cross_entropy"],
             "fp8_weight_cache": flags["fp8_weight_cache"],
             "overlap_p2p_comm": flags["p2p_overlap"],
@@ -1063,6 +1107,23 @@ def measured_peak_memory(case: dict[str, Any]) -> tuple[float, str]:
     kind = str(measured.get("memory_kind") or "reserved").lower()
     kind = kind if kind in ("allocated", "reserved", "device") else "reserved"
     return float(gib) * 2**30, kind
+
+
+def measured_memory_stage(case: dict[str, Any]) -> str:
+    """The pipeline stage whose rank the case's memory was read on: ``first``, ``last``, or
+    ``peak`` (unknown: the stage that holds the most, what must fit). ``measured.
+    rank_measured`` where stated (Megatron-LM logs on rank world_size − 1, the last stage);
+    nanotron's benchmark CSV is written by world rank 0 (src/nanotron/helpers.py,
+    log_throughput), pipeline rank 0, since its ParallelContext lays ranks out as
+    (ep, pp, dp, cp, tp) (src/nanotron/parallel/context.py)."""
+    stated = str((case.get("measured") or {}).get("rank_measured") or "").lower()
+    if re.search(r"last (pp|pipeline) stage|world_size ?- ?1|\blast stage", stated):
+        return "last"
+    if re.search(r"first (pp|pipeline) stage|\brank 0\b|\bfirst stage", stated):
+        return "first"
+    if not stated and "nanotron" in _framework_text(case):
+        return "first"
+    return "peak"
 
 
 def measured_step_time_s(case: dict[str, Any]) -> float:

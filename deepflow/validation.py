@@ -23,6 +23,7 @@ from deepflow.measurements import (
     accelerator_presets,
     batch_scale,
     case_category,
+    measured_memory_stage,
     measured_peak_memory,
     measured_step_time_s,
     training_case_scenario,
@@ -194,14 +195,21 @@ def modelled_peak_memory_B(result: dict[str, Any], kind: str) -> float:
 
 def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Model vs measured peak memory per device for every case that states one."""
-    from deepflow.oracle.evaluate import evaluate_one
+    from deepflow.oracle.evaluate import evaluate_one, stage_memory_B
 
     if cases is None:
         cases = [c for c in load_measurements() if case_category(c) == "peak_memory"]
     rows = []
     for case in cases:
         measured, kind = measured_peak_memory(case)
-        result = evaluate_one(training_case_scenario(case))
+        scenario = training_case_scenario(case)
+        result = evaluate_one(scenario)
+        stage = measured_memory_stage(case)
+        if stage != "peak" and scenario.mapping.pipeline_parallel > 1:
+            # the source logged one rank: that stage's breakdown (docs/model.md §C2.6)
+            terms = stage_memory_B(scenario, stage)
+            result = {"memory_per_device_B": sum(terms.values()), "memory_breakdown_B": terms,
+                      "feasible": result["feasible"]}  # fmt: skip
         model = modelled_peak_memory_B(result, kind)
         rows.append({"id": case["id"], "group": case["group"], "kind": kind,
                      "measured_GiB": measured / 2**30, "model_GiB": model / 2**30,

@@ -17,6 +17,7 @@ from deepflow.measurements import (
     FRAMEWORKS,
     accelerator_presets,
     framework,
+    measured_memory_stage,
     measured_peak_memory,
     measured_step_time_s,
     slice_shape,
@@ -331,6 +332,21 @@ def test_torchtitan_runs_its_local_batch_with_per_op_recompute_and_fsdp() -> Non
     assert training_case_scenario(_titan(tp=2, num_gpus=16)).mapping.sequence_parallel
 
 
+def test_offloaded_and_recomputed_layers_read_from_the_case_itself() -> None:
+    m = training_case_scenario(_titan(cpu_offloading_num_layers=16,
+                                      activation_recompute="full")).mapping  # fmt: skip
+    assert (m.activation_offload_layers, m.recompute_num_layers) == (16, 0)
+    block = _titan(activation_recompute="full (--recompute-method block --recompute-num-layers 5)")
+    assert training_case_scenario(block).mapping.recompute_num_layers == 5
+    # a note listing several recipes' values says none of them is this run's
+    listed = _titan()
+    listed["notes"] = "GB200 offloads 40 layers (cpu_offloading_num_layers 40), B200 95 layers"
+    assert training_case_scenario(listed).mapping.activation_offload_layers == 0
+    with pytest.raises(ConfigError, match=r"case 'titan': training.recompute_num_layers must be "
+                                          r"a whole number >= 0; got -2\."):  # fmt: skip
+        training_case_scenario(_titan(recompute_num_layers=-2))
+
+
 def test_fsdp_under_pipelining_is_zero1_with_fp32_gradients() -> None:
     m = training_case_scenario(_titan(pp=2, num_gpus=16)).mapping
     assert (m.zero_stage, m.fp32_main_grads) == (1, True)
@@ -367,6 +383,32 @@ def test_nemo_2024_keeps_16_bit_gradients_and_te_caches_fp8_weights() -> None:
     flags = framework(nemo)
     assert (flags["fp32_main_grads"], flags["fp8_weight_cache"]) == (False, True)
     assert framework(_titan())["fp8_weight_cache"] is False
+
+
+def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_loss() -> None:
+    def flags(optimizer: str) -> dict[str, Any]:
+        return framework({"group": "g", "source": {"year": 2025}, "training": {
+            "framework": "nanotron v0.5 (HF), PyTorch", "optimizer": optimizer}})  # fmt: skip
+
+    on = flags("AdamW (torch fused), accumulate_grad_in_fp32=True")
+    assert (on["gradient_buffers"], on["pipeline_balance"]) == ("fp32_accumulator", "compute")
+    assert on["cross_entropy"] == "vocab_parallel"  # sharded_cross_entropy
+    assert on["fused_swiglu"] is False  # GLUActivation in eager PyTorch
+    assert flags("AdamW, accumulate_grad_in_fp32: false")["gradient_buffers"] == "main"
+    megatron = framework({"group": "g", "training": {"framework": "Megatron-Core"}})
+    assert (megatron["gradient_buffers"], megatron["pipeline_balance"]) == ("main", "layers")
+
+
+def test_the_measured_rank_names_its_pipeline_stage() -> None:
+    megatron = {
+        "group": "g",
+        "training": {"framework": "Megatron-Core"},
+        "measured": {"rank_measured": "world_size-1 (last PP stage, last TP rank)"},
+    }
+    assert measured_memory_stage(megatron) == "last"
+    nanotron = {"group": "g", "training": {"framework": "nanotron v0.5"}, "measured": {}}
+    assert measured_memory_stage(nanotron) == "first"  # world rank 0 writes the bench CSV
+    assert measured_memory_stage(_titan()) == "peak"
 
 
 def test_measured_peak_memory_units_and_kinds() -> None:

@@ -95,8 +95,12 @@ class Calibration:
 
     @property
     def memory(self) -> MemoryCalibration:
-        """What frameworks and the driver hold besides the model's tensors."""
+        """What frameworks and the driver hold besides the model's tensors (GPU stacks)."""
         return _memory_calibration(self.frameworks_path)
+
+    def memory_of(self, family: str) -> MemoryCalibration:
+        """:attr:`memory` with the device family's own reserves (``memory_by_family``)."""
+        return _memory_calibration(self.frameworks_path, family)
 
     @property
     def network(self) -> NetworkCalibration:
@@ -249,11 +253,22 @@ class MemoryCalibration:
 
 
 @cache
-def _memory_calibration(path: Path) -> MemoryCalibration:
+def _memory_calibration(path: Path, family: str | None = None) -> MemoryCalibration:
+    """``memory``, each key of ``memory_by_family[family]`` replacing its value there."""
     raw = read_yaml(path, what="a calibration mapping with key 'memory'")
     ctx = Ctx(str(path))
-    return build(MemoryCalibration, require_mapping(raw.get("memory"), ctx.child("memory")),
-                 ctx.child("memory"))  # fmt: skip
+    base = require_mapping(raw.get("memory"), ctx.child("memory"))
+    memory = build(MemoryCalibration, base, ctx.child("memory"))
+    by_family = raw.get("memory_by_family")
+    if by_family is None:
+        return memory
+    fctx = ctx.child("memory_by_family")
+    by_family = require_mapping(by_family, fctx)
+    check_keys(by_family, DEVICE_FAMILIES, fctx)
+    if family is None or family not in by_family:
+        return memory
+    own = require_mapping(by_family[family], fctx.child(family))
+    return build(MemoryCalibration, {**base, **own}, fctx.child(family))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,9 +19,11 @@ __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "GRADIENT_BUFFER_MODES",
     "GRID_AXES",
     "MASTER_WEIGHTS_MODES",
     "PEAK_PRECISIONS",
+    "PIPELINE_BALANCE_MODES",
     "RANK_ORDERS",
     "RECOMPUTE_MODES",
     "TOPOLOGIES",
@@ -83,6 +85,16 @@ CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
 #: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
 #: ``store_param_remainders``: the bf16 weights hold the high 16 bits).
 MASTER_WEIGHTS_MODES = ("fp32", "remainders")
+#: Where the gradients of a 16-bit model accumulate (docs/model.md §C2.1): in the main
+#: gradient buffer (Megatron's ``main_grad``, FSDP's sharded gradients: ``fp32_main_grads``
+#: says its dtype), or in nanotron's ``FP32GradientAccumulator``: an fp32 buffer of every
+#: parameter besides the 16-bit ``.grad`` autograd writes each backward and, with data
+#: parallelism, PyTorch DDP's 16-bit buckets.
+GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
+#: How layers are cut into pipeline stages (docs/model.md §C2.3): the same number of layers
+#: per stage (Megatron), or by compute cost with the output layer counted as vocab x h
+#: (nanotron's ``build_model``: the first stages take more layers).
+PIPELINE_BALANCE_MODES = ("layers", "compute")
 #: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
@@ -342,6 +354,22 @@ class MappingSpec:
         default="xyz",
         doc="a torus or mesh's axes from the fastest-varying rank index to the slowest",
     )
+    # Partial recompute and activation offload (docs/model.md §C2.3): Megatron-Core's
+    # --recompute-method block --recompute-num-layers N and --cpu-offloading-num-layers N
+    recompute_num_layers: int = knob(
+        "recompute_num_layers",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="with full recompute: the layers of each model chunk recomputed (0: all)",
+    )
+    activation_offload_layers: int = knob(
+        "activation_offload_layers",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="layers of each stage whose activations are offloaded to host memory",
+    )
     # CrossFlow kernel parallelism for gemm/lstm workloads (docs/model.md §B4.6):
     # tensor_parallel devices split each GEMM as CR (K split) or RC (M split kernel_parallel_dim1
     # = tensor_parallel / kernel_parallel_dim2 ways, N split kernel_parallel_dim2 ways).
@@ -407,6 +435,29 @@ class MappingSpec:
         choices=MASTER_WEIGHTS_MODES,
         default="fp32",
         doc="the optimizer's master copy: fp32, or the low 16 bits of a bf16 model's",
+    )
+    gradient_buffers: str = knob(
+        "gradient_buffers",
+        workloads=_LLM,
+        framework=True,
+        choices=GRADIENT_BUFFER_MODES,
+        default="main",
+        doc="gradients accumulate in the main buffer, or nanotron's fp32 accumulator",
+    )
+    pipeline_balance: str = knob(
+        "pipeline_balance",
+        workloads=_LLM,
+        framework=True,
+        choices=PIPELINE_BALANCE_MODES,
+        default="layers",
+        doc="stages of equal layers, or of equal compute with the output layer (nanotron)",
+    )
+    fused_swiglu: bool = knob(
+        "fused_swiglu",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="SwiGLU saves its fc1 output and fc2 input (fused kernel), or the SiLU output too",
     )
     fp8_params: bool = knob(
         "fp8_params",

@@ -19,6 +19,7 @@ from deepflow.config.specs import (
     DesignDeviceSpec,
     NetworkSpec,
     Scenario,
+    TransformerSpec,
 )
 from deepflow.errors import ConfigError
 from deepflow.oracle.energy import ENERGY_PARTS, derived_energies, ops_energy_J, spec_energies
@@ -49,6 +50,7 @@ __all__ = [
     "evaluate_one",
     "evaluate_table",
     "network_model",
+    "stage_memory_B",
 ]
 
 F = NDArray[np.float64]
@@ -266,6 +268,32 @@ def _placement(scenario: Scenario) -> dict[str, Any]:
                            "nodes": -(-degrees[sym] // members)}  # fmt: skip
     return {"placement": {"rank_order": mapping.rank_order, "grid_axes": mapping.grid_axes,
                           "groups": groups}}  # fmt: skip
+
+
+def stage_memory_B(
+    scenario: Scenario, stage: str, *, calibration: Calibration | None = None
+) -> dict[str, float]:
+    """The memory breakdown of the first or last pipeline stage of a training scenario
+    (``memory_breakdown_B`` is the peak stage's): what a source that logs one rank measured
+    (docs/model.md §C2.6).
+
+    Raises:
+        ConfigError: a workload other than transformer training.
+    """
+    from deepflow.oracle.workloads.transformer import stage_memory_B as transformer_stage
+
+    workload = scenario.workload
+    if not isinstance(workload.model, TransformerSpec) or workload.kind != "training":
+        raise ConfigError(
+            f"stage memory is modelled for transformer training; got a {workload.kind} "
+            f"{type(workload.model).__name__} workload."
+        )
+    cal = calibration or current_calibration()
+    with np.errstate(all="ignore"):
+        caps = device_caps(scenario.system.device, workload.precision, calibration=cal)
+        net = device_network(scenario, caps, calibration=cal)
+        values = workload_for(workload.model, workload.kind).columns(workload, scenario.mapping)
+        return transformer_stage(caps, net, values, stage=stage, calibration=cal)
 
 
 def _serving(

@@ -94,3 +94,27 @@ def test_a_frameworks_file_without_the_serving_entry_names_it(tmp_path: Path) ->
     message = r"frameworks.yaml: tensorrt_llm_pytorch must be a mapping; got null \(empty\)\."
     with pytest.raises(ConfigError, match=message):
         _ = calibration.serving
+
+
+def test_memory_reserves_are_per_device_family(tmp_path: Path) -> None:
+    # PyTorch on CUDA holds a context, NCCL buffers, workspaces and cached blocks; XLA on TPU
+    # none of them (configs/calibration/frameworks.yaml, memory_by_family)
+    cal = current_calibration()
+    gpu, tpu = cal.memory_of("hopper"), cal.memory_of("tpu")
+    assert gpu == cal.memory and gpu.cuda_context_B > 0 and gpu.fragmentation > 0
+    assert (tpu.workspace_B, tpu.fragmentation, tpu.cuda_context_B, tpu.nccl_buffers_B) == (
+        0.0, 0.0, 0.0, 0.0)  # fmt: skip
+    data = yaml.safe_load(calibration_path("frameworks").read_text())
+    data["memory_by_family"] = {"tpu-v9": {"cuda_context_MiB": 0}}
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text(yaml.safe_dump(data))
+    bad = calibration_from((frameworks, calibration_path("kernels"), calibration_path("network")))
+    family = r"unknown key 'memory_by_family.tpu-v9'; did you mean 'tpu'\? Valid keys: ampere"
+    with pytest.raises(ConfigError, match=family):
+        _ = bad.memory_of("tpu")
+    data["memory_by_family"] = {"tpu": {"context_MiB": 0}}
+    frameworks.write_text(yaml.safe_dump(data))
+    bad = calibration_from((frameworks, calibration_path("kernels"), calibration_path("network")))
+    name = r"unknown key 'memory_by_family.tpu.context_MiB'; did you mean 'cuda_context_MiB'"
+    with pytest.raises(ConfigError, match=name):
+        _ = bad.memory_of("tpu")

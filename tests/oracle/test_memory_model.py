@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from deepflow.config import load_scenario
 from deepflow.config.calibration import current_calibration
 from deepflow.config.specs import Scenario, TransformerSpec
+from deepflow.errors import ConfigError
 from deepflow.oracle.best_mapping import best_mappings
 from deepflow.oracle.evaluate import evaluate_one, network_model
 from deepflow.oracle.hardware import device_caps
@@ -156,14 +157,15 @@ _degree = st.sampled_from([1, 2, 4, 8])
 @settings(max_examples=40, deadline=None)
 @given(tp=_degree, pp=_degree, cp=_degree, dp=_degree, mb=st.sampled_from([1, 2, 4]),
        rc=st.sampled_from(["none", "selective", "selective_op", "full"]),
-       fp32=st.booleans())  # fmt: skip
+       fp32=st.booleans(), accumulator=st.booleans())  # fmt: skip
 def test_more_sharding_or_recompute_never_raises_memory(
-    tp: int, pp: int, cp: int, dp: int, mb: int, rc: str, fp32: bool
+    tp: int, pp: int, cp: int, dp: int, mb: int, rc: str, fp32: bool, accumulator: bool
 ) -> None:
     base = {"tensor_parallel": tp, "pipeline_parallel": pp, "context_parallel": cp,
             "data_parallel": dp, "micro_batch_size": mb, "recompute": RECOMPUTE_CODES[rc],
             "fp32_main_grads": float(fp32), "zero_stage": 0.0,
-            "sequence_parallel": float(tp > 1)}  # fmt: skip
+            "sequence_parallel": float(tp > 1),
+            "gradient_buffers": float(accumulator)}  # fmt: skip
     variants = [base]
     variants += [{**base, "zero_stage": z} for z in (1.0, 2.0, 3.0)]
     variants += [{**base, "tensor_parallel": 2 * tp, "sequence_parallel": 1.0},
@@ -177,7 +179,10 @@ def test_more_sharding_or_recompute_never_raises_memory(
     # ranks (FSDP over 2 ranks of a small pipeline stage).
     assert np.all(np.diff(zeros[:3]) <= 1e-6 * zeros[:2])
     assert zeros[3] <= zeros[0] * (1 + 1e-12)
-    assert np.all(memory[4:7] <= memory[0] * (1 + 1e-12))  # more TP / PP / CP never more
+    # more TP / PP / CP never more, with even stages: nanotron's compute-balanced cut
+    # (pipeline_balance compute) gives rank 0 floor(t/c) + 1 layers of the p micro-batches it
+    # holds, and (floor(t/c) + 1)·p grows with p (docs/model.md §C2.3), physics not a bug
+    assert np.all(memory[4:7] <= memory[0] * (1 + 1e-12))
     assert memory[7] <= memory[0] * (1 + 1e-12)  # full recompute never more
 
 
@@ -213,15 +218,17 @@ def test_peak_memory_measurements_are_scored() -> None:
         groups.setdefault(r["group"], []).append(abs(r["error"]))
     assert len(rows) >= 15 and len(groups) >= 3
     assert all(r["measured_GiB"] > 0 and r["model_GiB"] > 0 for r in rows)
-    # README "Memory": group-weighted mean |error| 9.9 % (target <= 10 %), 13.1 % by row
-    assert np.mean([np.mean(e) for e in groups.values()]) <= 0.10
+    # README "Memory": group-weighted mean |error| 7.4 % (target <= 10 %), 8.8 % by row, max
+    # 24.8 % (target <= 20 %, not met)
+    assert np.mean([np.mean(e) for e in groups.values()]) <= 0.08
     from deepflow.validation import validation_report
 
     report = validation_report()
     assert report["memory_group_weighted_mean_abs_error"] == pytest.approx(
         np.mean([np.mean(e) for e in groups.values()]), rel=1e-12
     )
-    assert np.mean([abs(r["error"]) for r in rows]) <= 0.14
+    assert np.mean([abs(r["error"]) for r in rows]) <= 0.095
+    assert max(abs(r["error"]) for r in rows) <= 0.25
     assert all(r["feasible"] for r in rows)  # every measured run modelled as fitting
 
 
@@ -260,3 +267,134 @@ def test_fp8_parameters_replace_the_16_bit_weights_and_their_cache() -> None:
     assert own["weights"] == cached["weights"] / 2
     assert (cached["fp8_weight_cache"] > 0, own["fp8_weight_cache"]) == (True, 0.0)
     assert own["master_weights"] == cached["master_weights"]
+
+
+def test_nanotron_stages_are_balanced_by_compute_with_the_output_layer() -> None:
+    # nanotron build_model (src/nanotron/models/base.py) on its 1.34B benchmark model: 16
+    # layers of cost 2^26 (4·32·64·2048 + 3·8192·2048) and an output layer of 2^28 = 4 layers;
+    # over 2 stages the threshold is 10 layers' cost, the block that crosses it stays: rank 0
+    # holds 11 layers, rank 1 five and the output layer
+    from deepflow.oracle.workloads.transformer.memory import stage_layers
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+    from deepflow.oracle.workloads.transformer.shapes import inputs
+
+    model = llama().workload.model
+    assert isinstance(model, TransformerSpec)
+    base = transformer_columns(model, llama().mapping, 256)
+    x = {k: float(v[0]) for k, v in base.items()}
+    x |= {"num_layers": 16.0, "hidden_size": 2048.0, "num_attention_heads": 32.0,
+          "num_kv_heads": 32.0, "head_dim": 0.0, "ffn_hidden_size": 8192.0, "swiglu": 1.0,
+          "vocab_size": 131072.0, "pipeline_parallel": 2.0, "pipeline_balance": 1.0}  # fmt: skip
+    caps = device_caps(llama().system.device, "bf16", calibration=current_calibration())
+    ops = ArrayOps(caps, network_model(llama()))
+
+    def layers(**columns: float) -> tuple[float, float]:
+        first, last = stage_layers(inputs(caps, {**x, **columns}, ops), ops)
+        return float(first), float(last)
+
+    assert layers() == (11.0, 5.0)
+    assert layers(pipeline_parallel=1.0) == (16.0, 16.0)
+    assert layers(pipeline_balance=0.0) == (8.0, 8.0)  # Megatron: L/p each
+
+
+def test_nanotron_fp32_accumulator_adds_ddp_buckets_and_the_16_bit_grads() -> None:
+    # FP32GradientAccumulator: the fp32 buffer (4 B, unsharded under ZeRO-1) as Megatron's
+    # main gradients; DDP's 16-bit buckets (2 B) only with data parallelism; the 16-bit .grad
+    # of a backward only where it outgrows the activations it replaces
+    s = llama()
+    params = memory_of(s, data_parallel=1)[1]["weights"] / 2
+    _, main = memory_of(s, data_parallel=8, zero_stage=1)
+    _, acc = memory_of(s, data_parallel=8, zero_stage=1, gradient_buffers=1)
+    one_mb = acc["activations"]  # pp 1: one micro-batch's activations
+    extra = 2 * params + max(2 * params - one_mb, 0.0)
+    assert acc["gradients"] - main["gradients"] == pytest.approx(extra, rel=1e-12)
+    _, solo = memory_of(s, data_parallel=1, zero_stage=1, gradient_buffers=1)
+    _, solo_main = memory_of(s, data_parallel=1, zero_stage=1)
+    assert solo["gradients"] - solo_main["gradients"] == pytest.approx(
+        max(2 * params - one_mb, 0.0), abs=1.0
+    )
+
+
+def test_activation_offload_keeps_the_other_layers_and_one_in_flight() -> None:
+    # Megatron-Core --cpu-offloading-num-layers N (PP 1): N of the L layers' activations in
+    # host memory, one more layer's on the device while it is copied
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    _, kept = memory_of(s, pipeline_parallel=1, recompute=RECOMPUTE_CODES["none"])
+    _, off = memory_of(s, pipeline_parallel=1, recompute=RECOMPUTE_CODES["none"],
+                       activation_offload_layers=layers // 2)  # fmt: skip
+    expected = kept["activations"] * (layers - layers // 2 + 1) / layers
+    assert off["activations"] == pytest.approx(expected, rel=1e-12)
+    assert off["weights"] == kept["weights"]
+
+
+def test_partial_recompute_recomputes_n_layers_and_keeps_the_rest() -> None:
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    base = {"pipeline_parallel": 1, "virtual_pipeline_stages": 1}
+    _, none = memory_of(s, **base, recompute=RECOMPUTE_CODES["none"])
+    _, full = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"])
+    _, every = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"],
+                         recompute_num_layers=layers)  # fmt: skip
+    assert every["activations"] == pytest.approx(full["activations"], rel=1e-12)
+    _, half = memory_of(s, **base, recompute=RECOMPUTE_CODES["full"],
+                        recompute_num_layers=layers // 2)  # fmt: skip
+    one = none["activations"] / layers  # one layer's activations without recompute
+    kept_input = (full["activations"] - one) / layers  # full recompute keeps the input
+    expected = (layers // 2) * kept_input + (layers - layers // 2) * one + one
+    assert half["activations"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_partial_recompute_reruns_that_share_of_the_forward() -> None:
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    mapping = dataclasses.replace(s.mapping, activation_recompute="full")
+    full = evaluate_one(dataclasses.replace(s, mapping=mapping))["breakdown_s"]["recompute"]
+    quarter = evaluate_one(dataclasses.replace(s, mapping=dataclasses.replace(
+        mapping, recompute_num_layers=layers // 4 // s.mapping.pipeline_parallel)))  # fmt: skip
+    share = (layers // 4 // s.mapping.pipeline_parallel) * s.mapping.virtual_pipeline_stages / (
+        -(-layers // s.mapping.pipeline_parallel))  # fmt: skip
+    assert quarter["breakdown_s"]["recompute"] == pytest.approx(full * share, rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 31), off=st.integers(0, 30))
+def test_more_recomputed_or_offloaded_layers_never_raise_memory(n: int, off: int) -> None:
+    full = RECOMPUTE_CODES["full"]
+    memory = _grid_memory(recompute=[full] * 4, pipeline_parallel=[1.0] * 4,
+                          virtual_pipeline_stages=[1.0] * 4,
+                          recompute_num_layers=[n + 1, n, 0, n],
+                          activation_offload_layers=[0, 0, 0, off + 1])  # fmt: skip
+    # n + 1 layers recomputed hold no more than n (0: every layer, the least)
+    if n > 0:
+        assert memory[0] <= memory[1] * (1 + 1e-12)
+    assert memory[2] <= memory[0] * (1 + 1e-12)
+    assert memory[3] <= memory[1] * (1 + 1e-12)
+
+
+def test_a_measured_stage_is_scored_as_that_stage() -> None:
+    from deepflow.oracle.evaluate import stage_memory_B
+
+    s = llama()
+    s = dataclasses.replace(s, mapping=dataclasses.replace(
+        s.mapping, pipeline_parallel=4, data_parallel=s.mapping.data_parallel * s.mapping.
+        pipeline_parallel // 4, virtual_pipeline_stages=2))  # fmt: skip
+    peak = evaluate_one(s)
+    first, last = stage_memory_B(s, "first"), stage_memory_B(s, "last")
+    assert max(sum(first.values()), sum(last.values())) == pytest.approx(
+        peak["memory_per_device_B"], rel=1e-12
+    )
+    assert first["logits"] == 0 < last["logits"]
+    # interleaved 1F1B: the last rank warms up (v - 1)·p chunks, then runs one more
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    x = transformer_columns(model, s.mapping, s.workload.global_batch_size)
+    layer = float(activation_bytes_per_layer({k: v[0] for k, v in x.items()}))
+    chunks = (2 - 1) * 4 + 1
+    stage_layers = -(-model.num_layers // 4)
+    assert last["activations"] == pytest.approx(1.05 * chunks * stage_layers / 2 * layer, rel=1e-12)
+    with pytest.raises(ValueError, match="stage must be one of peak, first, last; got 'middle'"):
+        stage_memory_B(s, "middle")
+    with pytest.raises(ConfigError, match="stage memory is modelled for transformer training; "
+                                          "got a training GemmSpec workload"):  # fmt: skip
+        stage_memory_B(load_scenario(SCENARIOS / "gemm-a100.yaml"), "last")

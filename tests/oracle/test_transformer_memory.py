@@ -57,3 +57,15 @@ def test_flash_attention_stores_no_score_matrix() -> None:
     assert unfused - flash == pytest.approx(
         SBH * 5 * A * S / (H * T) - 4 * A * S * B / T, rel=1e-12
     )
+
+
+def test_an_unfused_swiglu_also_keeps_its_silu_output() -> None:
+    # nanotron's GLUActivation (act(gate) * up, eager PyTorch) keeps the SiLU output, 2F/h,
+    # beside the fc1 output and fc2 input that Megatron's fused bias_swiglu saves (6F/h)
+    llama = {**GPT3, "swiglu": 1.0, "ffn_hidden_size": 3.5 * H, "dropout": 0.0,
+             "flash_attention": 1.0}  # fmt: skip
+    fused = per_layer(**llama, tensor_parallel=T, sequence_parallel=1.0)
+    unfused = per_layer(**llama, tensor_parallel=T, sequence_parallel=1.0, fused_swiglu=0.0)
+    assert unfused - fused == pytest.approx(SBH * 2 * 3.5 / T, rel=1e-12)
+    gelu = {**GPT3, "fused_swiglu": 0.0}  # a GeLU MLP has no GLU to fuse
+    assert per_layer(**gelu) == per_layer()

@@ -373,7 +373,7 @@ class InferenceWorkload(Workload):
     def step(
         self, caps: DeviceCaps, net: NetworkModel, x: Mapping[str, F], *, calibration: Calibration
     ) -> StepResult:
-        out = inference_step(caps, net, x, calibration.memory)
+        out = inference_step(caps, net, x, calibration.memory_of(caps.family))
         return StepResult(
             out["step_time_s"],
             out["breakdown_s"],

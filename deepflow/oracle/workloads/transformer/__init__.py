@@ -39,7 +39,11 @@ from deepflow.oracle.workloads.transformer.columns import (
     transformer_columns,
     transformer_values,
 )
-from deepflow.oracle.workloads.transformer.memory import activation_bytes_per_layer, memory
+from deepflow.oracle.workloads.transformer.memory import (
+    STAGES,
+    activation_bytes_per_layer,
+    memory,
+)
 from deepflow.oracle.workloads.transformer.ops import ArrayOps, scalar_ops, training_caps
 from deepflow.oracle.workloads.transformer.pipeline import pipeline_breakdown
 from deepflow.oracle.workloads.transformer.shapes import (
@@ -59,6 +63,7 @@ __all__ = [
     "activation_bytes_per_layer",
     "compose",
     "model_flops_per_step",
+    "stage_memory_B",
     "transformer_columns",
     "transformer_step",
     "transformer_step_one",
@@ -97,6 +102,28 @@ def transformer_step(
     for key in ("step_time_s", "memory_per_device_B", "model_flops_per_step"):
         out[key] = np.asarray(out[key], dtype=float)
     return out
+
+
+def stage_memory_B(
+    caps: DeviceCaps,
+    net: NetworkModel,
+    values: Mapping[str, float],
+    *,
+    stage: str,
+    calibration: Calibration | None = None,
+) -> dict[str, float]:
+    """The memory breakdown of one pipeline stage (``stage``: first or last; peak is what
+    :func:`transformer_step` reports), for a source that measured one rank (docs/model.md
+    §C2.6). The terms of :data:`.memory.MEMORY_TERMS`, in bytes."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}; got {stage!r}.")
+    x = {k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in values.items()}
+    tcaps = training_caps(caps)
+    o = ArrayOps(tcaps, net)
+    i = inputs(tcaps, x, o)
+    cal = calibration or current_calibration()
+    mem = memory(i, o, dpm.stage_params(i, o), cal.memory_of(caps.family), stage=stage)
+    return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in mem.terms.items()}
 
 
 def transformer_step_one(
@@ -156,7 +183,7 @@ def compose(
     breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, calibration)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
-    mem = memory(i, o, params, calibration.memory)
+    mem = memory(i, o, params, calibration.memory_of(caps.family))
     return {
         "step_time_s": sum(breakdown.values()),
         "breakdown_s": breakdown,

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from deepflow.config.calibration import Calibration
 from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE
 from deepflow.oracle.workloads.transformer.layer import LayerTimes
-from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
+from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
 __all__ = ["StageParams", "data_parallel_comm", "embedding_sync", "optimizer", "stage_params"]
 
@@ -97,7 +97,8 @@ def _zero3_blocking(i: Inputs, o: Any, params: StageParams, rate_Bps: float) -> 
     (per-parameter calls, a device sync and a Python-side copy each), measured on one NVLink
     node (configs/calibration/frameworks.yaml): the longer of NCCL's time and that."""
     h, a, kv, d_h, tp, dp = i.h, i.a, i.kv, i.d_h, i.tp, i.dp
-    gathers = o.where(i.rc == FULL_RECOMPUTE, 3.0, 2.0)
+    # the recompute forward gathers again, on the recomputed share of the layers
+    gathers = o.where(i.rc == FULL_RECOMPUTE, 2.0 + recomputed_share(i, o), 2.0)
     # QKV, projection, the two MLP matrices, and the (tied) embedding spread over layers
     tensors_B = [
         t / tp * i.p

@@ -16,7 +16,7 @@ from deepflow.oracle.workloads.transformer.columns import (
     OP_RECOMPUTE,
     SELECTIVE_RECOMPUTE,
 )
-from deepflow.oracle.workloads.transformer.shapes import Inputs
+from deepflow.oracle.workloads.transformer.shapes import Inputs, recomputed_share
 
 __all__ = [
     "Attention",
@@ -352,14 +352,18 @@ def layer_times(
     ep: ExpertComm,
 ) -> LayerTimes:
     """A layer's breakdown per micro-batch. Full recompute re-runs the forward (its TP
-    communication included); selective recompute re-runs the unfused attention core
+    communication included; with ``recompute_num_layers`` on that share of the layers, the
+    per-layer average); selective recompute re-runs the unfused attention core
     (docs/model.md §C1.2); per-op selective recompute every second matmul and the
     elementwise operations."""
     compute_f = gemms.fwd + attn.fwd + elem.fwd
     rc = i.rc
+    # partial full recompute (recompute_num_layers): that share of the layers re-runs
+    full = compute_f + tp.fwd
+    full = o.where(i.x["recompute_num_layers"] > 0, full * recomputed_share(i, o), full)
     recompute = o.where(
         rc == FULL_RECOMPUTE,
-        compute_f + tp.fwd,
+        full,
         o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(i.flash), attn.fwd, 0.0),
     )
     # per-op selective: every second matmul and the elementwise ops run again (§C2.2)

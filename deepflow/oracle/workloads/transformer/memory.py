@@ -27,9 +27,16 @@ from deepflow.oracle.workloads.transformer.columns import (
 )
 from deepflow.oracle.workloads.transformer.data_parallel import StageParams
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
-from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer
+from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
-__all__ = ["MEMORY_TERMS", "Memory", "activation_bytes_per_layer", "memory"]
+__all__ = [
+    "MEMORY_TERMS",
+    "STAGES",
+    "Memory",
+    "activation_bytes_per_layer",
+    "memory",
+    "stage_layers",
+]
 
 F = NDArray[np.float64]
 
@@ -72,11 +79,13 @@ def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
     GQA shrinks K and V by g = kv/a; SwiGLU's MLP keeps 6F/h instead of 4F/h; no dropout drops
     the masks and the dropout outputs; fused (flash) attention keeps only fp32 log-sum-exp
     (4·a·s·b) instead of the s² terms; context parallelism shortens s to s/c; FP8 linear
-    layers (``fp8`` 1) keep their four GEMM inputs in one byte. Per-op selective recompute
+    layers (``fp8`` 1) keep their four GEMM inputs in one byte; an unfused SwiGLU
+    (``fused_swiglu`` 0) keeps its SiLU output too. Per-op selective recompute
     (code 3) keeps the layer input, the attention output and every second matmul's output.
     """
     arrays = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     arrays.setdefault("head_dim", np.asarray(0.0))  # 0: hidden / heads
+    arrays.setdefault("fused_swiglu", np.asarray(1.0))
     fp8 = arrays.pop("fp8", np.asarray(0.0)) > 0
     return np.asarray(_activation_bytes(arrays, ArrayOps, fp8=fp8), dtype=float)
 
@@ -102,6 +111,11 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
     fp8_split = o.where(fp8, w + f_h, 0.0)
     # split by t: Q 2, K 2g, V 2g, projection input 2 (× w), MLP inputs 2·(mats)·F/h (GeLU 16)
     split = 2 * w + 4 * g * w + 2 * w + 2 * mats * f_h - fp8_split
+    # an unfused SwiGLU (nanotron's GLUActivation: act(gate) * up in eager PyTorch) also keeps
+    # the SiLU output, 2F/h, which a fused kernel recomputes in backward (Megatron-Core's
+    # bias_swiglu_fusion saves only its input)
+    unfused_glu = (x["swiglu"] > 0) & (x["fused_swiglu"] <= 0)
+    split = split + o.where(unfused_glu, 2.0 * f_h, 0.0)
     # not split without SP: 2 LayerNorm inputs 4, QKV and fc1 inputs 2 + 2, dropout masks 2
     unsplit = 4 + 2 + 2 + 2 * dropout - fp8_unsplit
     per_sbh = o.where(sp, (split + unsplit) / tp, unsplit + split / tp)
@@ -147,7 +161,34 @@ class Memory(NamedTuple):
     total: Any  #: with the CUDA context and NCCL buffers: what must fit the device
 
 
-def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Memory:
+def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
+    """Layers of the first and of the last pipeline stage (docs/model.md §C2.3).
+
+    Even stages (``pipeline_balance`` layers): ceil(L/p) each. Compute-balanced stages
+    (nanotron ``build_model``, src/nanotron/models/base.py): the blocks in order, a decoder
+    layer costing 4·a·d·h + mats·F·h and the output layer V·h
+    (``LlamaForTraining.get_block_compute_costs``), each block goes to the current rank, which
+    hands over once the cumulative cost exceeds its threshold (r+1)/p of the total: the first
+    ⌊t/c⌋ + 1 layers go to rank 0 (t = total/p), and the last rank keeps what ranks 0..p−2 leave.
+    """
+    c = 4.0 * i.a * i.d_h * i.h + i.mats * i.ffn * i.h
+    t = (i.L * c + i.vocab * i.h) / i.pp
+    # floor(x) + 1 as 1 - ceil(-x): the layers up to and including the one that crosses t
+    first = o.minimum(1.0 - o.ceil(-t / c), i.L)
+    before_last = o.minimum(1.0 - o.ceil(-(i.pp - 1) * t / c), i.L)
+    last = o.where(i.pp > 1, o.maximum(i.L - before_last, 0.0), i.L)
+    compute_balanced = i.x["pipeline_balance"] > 0
+    return (o.where(compute_balanced, first, i.layers_stage),
+            o.where(compute_balanced, last, i.layers_stage))  # fmt: skip
+
+
+#: Which pipeline stage :func:`memory` counts: the peak one, or the first or last stage.
+STAGES = ("peak", "first", "last")
+
+
+def memory(
+    i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration, stage: str = "peak"
+) -> Memory:
     """Peak memory of a device and its breakdown (docs/model.md §C2).
 
     Model states (§C2.1) per parameter of the stage, sharded over D = data × context parallel
@@ -159,7 +200,10 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     §5). ZeRO-3/FSDP also gathers the computed and the prefetched unit's weights and holds one
     unit's unsharded gradients. Activations: 1F1B holds on stage 0 p micro-batches of L/p layers
     = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches than stages scale
-    it by m/p; full recompute re-materialises one layer at a time.
+    it by m/p; full recompute re-materialises one layer at a time. nanotron's fp32 gradient
+    accumulator adds the 16-bit ``.grad`` (2) and, with data parallelism, DDP's 16-bit
+    buckets (2) to its unsharded fp32 buffer; its compute-balanced stages give the first
+    stage more layers (:func:`stage_layers`).
     """
     dp_cp = i.dp * i.cp
     zero = i.zero
@@ -170,8 +214,12 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     shard_g = o.where(zero >= 2, dp_cp, 1.0)
     # ZeRO-3: 16/D whatever the gradient dtype (DeepSpeed 2 + 2 + 12; FSDP fp32 4 + 4 + 8)
     grad_b = o.where(zero >= 3, 2.0, grad_b)
-    n = params.stage
     layer = params_per_layer(i.x, o) / i.tp
+    compute_balanced = i.x["pipeline_balance"] > 0
+    first_layers, last_layers = stage_layers(i, o)
+    # the stage's parameters with its own layers (the same for both ends with even stages)
+    n_first = params.stage + (first_layers - i.layers_stage) * layer
+    n_last = params.stage + (last_layers - i.layers_stage) * layer
     unit = o.maximum(layer, params.embedding / i.tp)  # the largest unit: a block or the embedding
     # FSDP: the computed and the prefetched block's 16-bit weights, one block's fp32
     # gradients; DeepSpeed 2021 (ZeRO-3 without overlap): module by module, 16-bit weights
@@ -186,29 +234,79 @@ def memory(i: Inputs, o: Any, params: StageParams, cal: MemoryCalibration) -> Me
     fp8_params = fp8 & (i.x["fp8_params"] > 0)
     weight_b = o.where(fp8_params, _FP8_WEIGHT_CACHE_B, _WEIGHT_B)
     cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0) & o.not_(fp8_params)
-    fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
+    master_b = o.choose(i.x["master_weights"], _MASTER_BYTES)
+    # nanotron's FP32GradientAccumulator (src/nanotron/optim/gradient_accumulator.py): fp32
+    # buffers of every parameter, ZeRO-1 or not (grad_buckets_named_params); with data
+    # parallelism PyTorch DDP also holds 16-bit buckets as large as the gradients
+    # (trainer.py wraps the model in DistributedDataParallel when dp > 1, and
+    # gradient_as_bucket_view is off by default: https://pytorch.org/docs/stable/generated/
+    # torch.nn.parallel.DistributedDataParallel.html)
+    accumulator = i.x["gradient_buffers"] > 0
+    grad16_b = o.where(accumulator & (i.dp > 1), _WEIGHT_B, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
-    interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
-    act = i.L * (o.minimum(i.m, i.pp) / i.pp * interleave) * layer_act
     full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
+    plain_act = _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8) if o.any(full) else 0.0
+    # partial full recompute (recompute_num_layers): the other layers keep all activations
+    partial = (i.rc == FULL_RECOMPUTE) & (i.x["recompute_num_layers"] > 0)
+    if o.any(partial):
+        share = recomputed_share(i, o)
+        layer_act = o.where(partial, share * layer_act + (1.0 - share) * plain_act, layer_act)
+    interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
+    held = o.minimum(i.m, i.pp)
+    # 1F1B: the first stage holds min(m, p) micro-batches of its layers (L/p when even)
+    first_mb_layers = o.where(compute_balanced, first_layers * held * interleave,
+                              i.L * (held / i.pp * interleave))  # fmt: skip
+    act = first_mb_layers * layer_act
+    last_act = o.where(compute_balanced, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
+    # interleaved 1F1B: the last rank warms up (v − 1)·p chunks of ⌈L/p⌉/v layers before its
+    # first backward (Megatron-Core pipeline_parallel/schedules.py,
+    # forward_backward_pipelining_with_interleaving: num_warmup_microbatches)
+    last_chunks = o.minimum((i.v - 1.0) * i.pp + 1.0, i.m * i.v)
+    last_act = o.where(i.v > 1, last_chunks * (i.layers_stage / i.v), last_act) * layer_act
+    # activation offload (Megatron-Core --cpu-offloading-num-layers N, Megatron-Bridge
+    # cpu_offloading_num_layers: https://docs.nvidia.com/nemo/megatron-bridge/latest/training/
+    # cpu-offloading.html): N of a stage's layers keep their activations in host memory, one
+    # more layer's in flight on the device while it is copied out or back (Transformer
+    # Engine's asynchronous offload handler overlaps the copies with the next layer)
+    off = i.x["activation_offload_layers"]
+    if o.any(off > 0):
+        first_n = o.where(compute_balanced, first_layers, i.layers_stage)
+        last_n = o.where(compute_balanced, last_layers, i.layers_stage)
+        # (offloading every layer still holds the one in flight)
+        first_keep = o.minimum((o.maximum(first_n - off, 0.0) + 1.0) / o.maximum(first_n, 1.0), 1.0)
+        last_keep = o.minimum((o.maximum(last_n - off, 0.0) + 1.0) / o.maximum(last_n, 1.0), 1.0)
+        act = o.where(off > 0, act * first_keep, act)
+        last_act = o.where(off > 0, last_act * last_keep, last_act)
     if o.any(full):  # one layer re-materialised at a time in backward
-        act = act + o.where(full, _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8), 0.0)
-    last_act = i.layers_stage * o.minimum(i.m, 1.0) * layer_act
+        act = act + o.where(full, plain_act, 0.0)
     logit_b = o.choose(i.x["cross_entropy"], _LOSS_BYTES_PER_LOGIT)
     logits = logit_b * i.logits
     first_logits = o.where(i.pp == 1, logits, 0.0)
     first_act = _ACTIVATION_OVERHEAD * act + first_logits
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
-    last_is_peak = (i.pp > 1) & (last_total_act > first_act)
+    # the model states per parameter; the two ends differ only in their layers' states
+    state_b = (weight_b / shard_w + master_b / shard_opt + grad_b / shard_g
+               + _ADAM_B / shard_opt + grad16_b)  # fmt: skip
+    last_is_peak = (i.pp > 1) & (last_total_act - first_act > state_b * (n_first - n_last))
+    if stage != "peak":  # the stage a source measured on (its rank)
+        last_is_peak = (i.pp > 1) & (stage == "last")
+    n = o.where(last_is_peak, n_last, n_first)
+    fp8_cache = o.where(cached, _FP8_WEIGHT_CACHE_B * n, 0.0)
+    activations = _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act)
+    # the accumulator's 16-bit ``.grad`` of one backward (added into the fp32 buffer, then
+    # freed: FP32GradientAccumulator._accumulate_grad) fills as that micro-batch's
+    # activations are freed: only what exceeds them adds to the peak
+    one_mb = activations / o.where(last_is_peak, 1.0, o.maximum(held, 1.0))
+    grad16 = o.where(accumulator, o.maximum(_WEIGHT_B * n - one_mb, 0.0), 0.0)
     terms: dict[str, Any] = {
         "weights": weight_b * n / shard_w,
-        "master_weights": o.choose(i.x["master_weights"], _MASTER_BYTES) * n / shard_opt,
-        "gradients": grad_b * n / shard_g,
+        "master_weights": master_b * n / shard_opt,
+        "gradients": grad_b * n / shard_g + grad16_b * n + grad16,
         "optimizer_states": _ADAM_B * n / shard_opt,
         "fsdp_buffers": fsdp,
         "fp8_weight_cache": fp8_cache,
-        "activations": _ACTIVATION_OVERHEAD * o.where(last_is_peak, last_act, act),
+        "activations": activations,
         "logits": o.where(last_is_peak, logits, first_logits),
         "workspace": cal.workspace_B + 0.0 * n,
     }

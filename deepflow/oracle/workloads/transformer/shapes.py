@@ -19,7 +19,7 @@ from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.parallelism import group_strides
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 
-__all__ = ["Inputs", "inputs", "model_flops_per_step", "params_per_layer"]
+__all__ = ["Inputs", "inputs", "model_flops_per_step", "params_per_layer", "recomputed_share"]
 
 F = NDArray[np.float64]
 
@@ -128,6 +128,15 @@ def _slow16(caps: DeviceCaps) -> Any:
     peak16 = caps.peak_flops_16bit
     ratio = np.where(np.asarray(peak16) > 0, caps.peak_flops / np.where(peak16 > 0, peak16, 1), 1)
     return float(ratio) if np.ndim(ratio) == 0 else ratio
+
+
+def recomputed_share(i: Inputs, o: Any) -> Any:
+    """The share of a stage's layers that full recompute re-runs: all, or with
+    ``recompute_num_layers`` N (Megatron-Core ``--recompute-method block
+    --recompute-num-layers N``: N layers of each model chunk recomputed, the rest keeping
+    their activations; megatron/training/arguments.py) N of its ⌈L/p⌉/v (docs/model.md §C2.3)."""
+    n = i.x["recompute_num_layers"]
+    return o.where(n > 0, o.minimum(n * i.v / i.layers_stage, 1.0), 1.0)
 
 
 def head_width(x: Mapping[str, Any], o: Any) -> Any:
