@@ -3,6 +3,7 @@ version hashes exactly the files in use."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -94,3 +95,25 @@ def test_a_frameworks_file_without_the_serving_entry_names_it(tmp_path: Path) ->
     message = r"frameworks.yaml: tensorrt_llm_pytorch must be a mapping; got null \(empty\)\."
     with pytest.raises(ConfigError, match=message):
         _ = calibration.serving
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("grouped_gemm_efficiency", 1.2, "> 0 and <= 1"),
+        ("grouped_gemm_overlap_exponent", 0.5, ">= 1"),
+    ],
+)
+def test_the_grouped_gemm_constants_are_range_checked(
+    tmp_path: Path, key: str, value: float, rule: str
+) -> None:
+    data = yaml.safe_load(calibration_path("kernels").read_text())
+    data["families"]["hopper"][key] = value
+    kernels = tmp_path / "kernels.yaml"
+    kernels.write_text(yaml.safe_dump(data))
+    calibration = calibration_from(
+        (calibration_path("frameworks"), kernels, calibration_path("network"))
+    )
+    message = f"kernels.yaml: families.hopper.{key} must be a number {rule}; got {value}."
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        calibration.kernel("hopper")
