@@ -37,9 +37,11 @@ __all__ = [
     "TRAINING_GROUPS",
     "gemm_case_caps",
     "gemm_microbenchmarks",
+    "grouped_gemm_microbenchmarks",
     "measured_step_time_s",
     "score_collective_cases",
     "score_gemm_cases",
+    "score_grouped_gemm_cases",
     "score_inference_case",
     "score_memory_cases",
     "score_training_cases",
@@ -147,6 +149,51 @@ def score_gemm_cases(
                 "error": model / measured - 1.0,
             }
         )
+    return rows
+
+
+def grouped_gemm_microbenchmarks() -> list[dict[str, Any]]:
+    """The public set's MoE grouped-GEMM microbenchmarks (``category:
+    grouped_gemm_microbenchmark``)."""
+    return [c for c in load_measurements() if case_category(c) == "grouped_gemm_microbenchmark"]
+
+
+def score_grouped_gemm_cases(
+    cases: list[dict[str, Any]] | None = None,
+    *,
+    override: dict[str, dict[str, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """Model vs measured TFLOP/s of MoE grouped GEMMs (``gemm.groups`` experts of ``gemm.M``
+    rows each), by the serving model's grouped GEMM at the microbenchmark's clocks, launch
+    excluded (:func:`deepflow.oracle.workloads.inference.grouped_gemm_time_s`). ``override``:
+    family -> DeviceCaps fields (``grouped_gemm_efficiency``, ``grouped_gemm_overlap_exponent``)
+    to score with instead of the calibration's (the fit, ``benchmarks/fit_moe_gemm.py``)."""
+    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+
+    rows = []
+    for case in grouped_gemm_microbenchmarks() if cases is None else cases:
+        caps = gemm_case_caps(case)
+        if override and caps.family in override:
+            bent = override[caps.family]
+            caps = dataclasses.replace(
+                caps,
+                grouped_gemm_efficiency=bent.get("grouped_gemm_efficiency",
+                                                 caps.grouped_gemm_efficiency),
+                grouped_gemm_overlap_exponent=bent.get("grouped_gemm_overlap_exponent",
+                                                       caps.grouped_gemm_overlap_exponent),
+            )  # fmt: skip
+        shape = _gemm_shape(case)
+        groups = (case.get("gemm") or {}).get("groups")
+        if shape is None or not isinstance(groups, int) or groups < 1:
+            raise ConfigError(f"case {case.get('id')!r}: gemm.groups, gemm.M, gemm.N and gemm.K "
+                              "must be positive integers.")  # fmt: skip
+        m, n, k = shape
+        time_s = float(grouped_gemm_time_s(caps, m, n, k, groups, sustained=False, launch=False))
+        model = 2.0 * groups * m * n * k / time_s / 1e12
+        measured = float(case["measured"]["tflops"])
+        rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
+                     "measured_tflops": measured, "model_tflops": model,
+                     "error": model / measured - 1.0})  # fmt: skip
     return rows
 
 
@@ -342,6 +389,10 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
     kind = case_category(case)
     if kind == "gemm_microbenchmark":
         (r,) = score_gemm_cases([case])
+        return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
+                "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
+    if kind == "grouped_gemm_microbenchmark":
+        (r,) = score_grouped_gemm_cases([case])
         return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
                 "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
     if kind == "collective_microbenchmark":

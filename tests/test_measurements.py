@@ -225,7 +225,8 @@ def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr.startswith(
         f"error: {path}: no case could be scored (case 'c0': category None is not one "
-        "deepflow scores (known: gemm_microbenchmark, collective_microbenchmark, "
+        "deepflow scores (known: gemm_microbenchmark, grouped_gemm_microbenchmark, "
+        "collective_microbenchmark, "
         "end_to_end_training, peak_memory, inference))."
     )
 
@@ -255,6 +256,25 @@ def test_generic_gemm_case_is_scored_at_its_own_shape() -> None:
     case["gemm"]["M"] = 0
     with pytest.raises(ConfigError, match=r"gemm\.M, gemm\.N and gemm\.K must be positive"):
         score_gemm_cases([case])
+
+
+def test_grouped_gemm_cases_are_scored_by_the_serving_grouped_gemm() -> None:
+    """DeepGEMM's grouped GEMMs on H800 (the fit's cases) within 10 % on average; a case
+    without its group count is refused with the keys it needs."""
+    from deepflow.validation import grouped_gemm_microbenchmarks, score_grouped_gemm_cases
+
+    rows = score_grouped_gemm_cases()
+    assert len(rows) == len(grouped_gemm_microbenchmarks()) == 10
+    assert {r["family"] for r in rows} == {"hopper"}
+    assert sum(abs(r["error"]) for r in rows) / len(rows) < 0.10
+    case = copy.deepcopy(grouped_gemm_microbenchmarks()[0])
+    del case["gemm"]["groups"]
+    with pytest.raises(
+        ConfigError,
+        match=r"case 'deepgemm_h800_contiguous_g4_m8192_n4096_k7168': "
+        r"gemm\.groups, gemm\.M, gemm\.N and gemm\.K must be positive integers\.",
+    ):
+        score_grouped_gemm_cases([case])
 
 
 def test_a_batch_that_does_not_divide_is_modelled_at_the_nearest_multiple_and_rescaled() -> None:

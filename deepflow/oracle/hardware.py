@@ -520,6 +520,8 @@ class DeviceCaps:
     attention_efficiency: float = 0.6  # FlashAttention-2-class kernels
     attention_efficiency_cudnn: float = 0.6
     attention_efficiency_fa3: float = 0.6
+    grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
+    grouped_gemm_overlap_exponent: float = math.inf  # its roofline's p (inf: max of the two)
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
@@ -546,6 +548,8 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         # a kernel without a microbenchmark of the family runs as its FlashAttention-2 class
         "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
+        "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
+        "grouped_gemm_overlap_exponent": cal.grouped_gemm_overlap_exponent,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 

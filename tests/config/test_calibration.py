@@ -3,6 +3,7 @@ version hashes exactly the files in use."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -118,3 +119,25 @@ def test_memory_reserves_are_per_device_family(tmp_path: Path) -> None:
     name = r"unknown key 'memory_by_family.tpu.context_MiB'; did you mean 'cuda_context_MiB'"
     with pytest.raises(ConfigError, match=name):
         _ = bad.memory_of("tpu")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("grouped_gemm_efficiency", 1.2, "> 0 and <= 1"),
+        ("grouped_gemm_overlap_exponent", 0.5, ">= 1"),
+    ],
+)
+def test_the_grouped_gemm_constants_are_range_checked(
+    tmp_path: Path, key: str, value: float, rule: str
+) -> None:
+    data = yaml.safe_load(calibration_path("kernels").read_text())
+    data["families"]["hopper"][key] = value
+    kernels = tmp_path / "kernels.yaml"
+    kernels.write_text(yaml.safe_dump(data))
+    calibration = calibration_from(
+        (calibration_path("frameworks"), kernels, calibration_path("network"))
+    )
+    message = f"kernels.yaml: families.hopper.{key} must be a number {rule}; got {value}."
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        calibration.kernel("hopper")

@@ -332,10 +332,17 @@ def test_the_framework_host_time_bounds_each_iteration() -> None:
 def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all() -> None:
     # Mixtral 8x7B (E = 8, k = 2) in the memory-bound decode of a few requests: under uniform
     # routing a step touches E·(1 − (1 − k/E)^B) distinct experts of a layer, so each extra
-    # request adds the bytes of the experts it newly touches, and 64 requests read all 8
+    # request adds the grouped-GEMM time of the experts it newly touches (their weight bytes,
+    # with the padded rows' FLOPs overlapping them only in part, §D1), and 64 requests read all 8
+    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+
     caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
+    expert_s = 32 * float(  # 32 layers of SwiGLU experts in bf16, one routed row each
+        grouped_gemm_time_s(caps, 1, 2 * 14336, 4096, 1, launch=False)
+        + grouped_gemm_time_s(caps, 1, 4096, 14336, 1, launch=False)
+    )
     bandwidth = caps.hbm_efficiency * caps.hbm_bandwidth_Bps
-    expert_B = 32 * 3 * 4096 * 14336 * 2  # 32 layers of SwiGLU experts in bf16
+    assert expert_s > 32 * 3 * 4096 * 14336 * 2 / bandwidth  # more than the bytes alone
 
     def step_s(batch: int) -> float:
         r = evaluate_one(serving(model="mixtral-8x7b", global_batch_size=batch, batching="static"))
@@ -347,8 +354,55 @@ def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all()
     steps = {b: step_s(b) for b in (1, 2, 4, 8, 64, 256)}
     assert list(steps.values()) == sorted(steps.values())
     for b in (2, 4):
-        added = (touched(b) - touched(1)) * expert_B / bandwidth
+        added = (touched(b) - touched(1)) * expert_s
         assert steps[b] - steps[1] == pytest.approx(added, rel=0.02)
     assert touched(64) == pytest.approx(8.0, rel=1e-7)
     # past saturation only the rows grow: the weight reads stop adding time
     assert steps[256] - steps[64] < 0.1 * (steps[64] - steps[1])
+
+
+# ------------------------------------------------------------------ MoE grouped GEMM (§D1)
+def test_grouped_gemm_is_the_dense_roofline_bent_by_its_two_constants() -> None:
+    """Hand-computable: 4 experts × 256 rows × 4096 × 7168 in FP8 on an H100 at microbenchmark
+    clocks, launch excluded: FLOP time 2·4·256·4096·7168 / (peak · gemm_efficiency · η), byte
+    time (weights + inputs + 16-bit outputs) / (HBM · hbm_efficiency), joined as a p-norm."""
+    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+
+    caps = device_caps(load_device("h100-sxm5-80gb"), "fp8")
+    g, m, n, k = 4, 256, 4096, 7168
+    flops_s = 2 * g * m * n * k / (caps.peak_flops * caps.gemm_efficiency)
+    bytes_s = (g * (n * k + m * k) + 2 * g * m * n) / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)
+
+    def time(eta: float, p: float) -> float:
+        bent = dataclasses.replace(caps, grouped_gemm_efficiency=eta,
+                                   grouped_gemm_overlap_exponent=p)  # fmt: skip
+        return float(grouped_gemm_time_s(bent, m, n, k, g, sustained=False, launch=False))
+
+    assert time(1.0, np.inf) == pytest.approx(max(flops_s, bytes_s), rel=1e-12)
+    assert time(0.9, 2.0) == pytest.approx(np.hypot(flops_s / 0.9, bytes_s), rel=1e-12)
+    # the calibrated hopper constants (DeepGEMM fit) make it slower than the plain roofline,
+    # and the job's sustained clocks and the launch only add
+    fitted = float(grouped_gemm_time_s(caps, m, n, k, g, sustained=False, launch=False))
+    assert fitted > max(flops_s, bytes_s)
+    assert float(grouped_gemm_time_s(caps, m, n, k, g)) > fitted
+    assert caps.grouped_gemm_efficiency < 1 and np.isfinite(caps.grouped_gemm_overlap_exponent)
+
+
+def test_moe_serving_runs_its_experts_as_grouped_gemms() -> None:
+    """Only MoE serving changes with the grouped-GEMM constants: a dense model's figures are
+    the same whatever they are, an MoE model's decode is slower with a less efficient one."""
+    from deepflow.oracle.evaluate import network_model
+    from deepflow.oracle.workloads.inference import inference_step
+
+    def tpot(model: str, eta: float) -> float:
+        scenario = serving(model, {"tensor_parallel": 2}, devices=2, global_batch_size=64)
+        caps = device_caps(scenario.system.device, scenario.workload.precision)
+        bent = dataclasses.replace(caps, grouped_gemm_efficiency=eta)
+        workload = workload_for(scenario.workload.model, "inference")
+        columns = workload.columns(scenario.workload, scenario.mapping)
+        x = {k: np.array([v]) for k, v in columns.items()}
+        out = inference_step(bent, network_model(scenario), x, current_calibration().memory)
+        return float(out["tpot_s"][0])
+
+    assert tpot("llama3-8b", 0.5) == tpot("llama3-8b", 1.0)
+    assert tpot("mixtral-8x7b", 0.5) > tpot("mixtral-8x7b", 1.0)

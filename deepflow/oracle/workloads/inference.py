@@ -43,7 +43,13 @@ from deepflow.oracle.workloads.base import StepResult, Workload
 from deepflow.oracle.workloads.transformer.columns import transformer_values
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 
-__all__ = ["INFERENCE_COLUMNS", "SERVING_OUTPUTS", "InferenceWorkload", "inference_step"]
+__all__ = [
+    "INFERENCE_COLUMNS",
+    "SERVING_OUTPUTS",
+    "InferenceWorkload",
+    "grouped_gemm_time_s",
+    "inference_step",
+]
 
 F = NDArray[np.float64]
 
@@ -102,20 +108,64 @@ def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
 
 
 def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
-          weights: Any = None) -> Any:  # fmt: skip
+          weights: Any = None, *, grouped: bool = False) -> Any:  # fmt: skip
     """A serving GEMM (``batch`` of them, ``weights`` elements of B read; default all):
     stream-K / split-K kernels (cuBLASLt, TensorRT-LLM's) spread the MAC loop over every SM,
     so it runs at the roofline of its bytes and FLOPs, with the rows padded to the MMA tile
     (Hopper wgmma m64, Blackwell tcgen05 m128: ``warp_tile_m``) and the matrix units at the
-    family's sustained rate (docs/model.md §D1)."""
+    family's sustained rate (docs/model.md §D1); ``grouped``: an MoE layer's grouped GEMM over
+    ``batch`` experts (:func:`grouped_gemm_time_s`)."""
     rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
     read = batch * k * n if weights is None else weights
     nbytes = (read + batch * m * k) * caps.bytes_per_element + batch * m * n * s.p_act
     flops = 2 * batch * rows * n * k
-    return np.maximum(flops / _matrix_rate(caps),
-                      nbytes / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)) + (
-        caps.kernel_launch_s
-    )  # fmt: skip
+    bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
+    if grouped:
+        return _grouped_roofline(caps, flops / _matrix_rate(caps), nbytes / bandwidth) + (
+            caps.kernel_launch_s
+        )
+    return np.maximum(flops / _matrix_rate(caps), nbytes / bandwidth) + caps.kernel_launch_s
+
+
+def _grouped_roofline(caps: DeviceCaps, flops_s: Any, bytes_s: Any) -> Any:
+    """A grouped GEMM's time from its dense-rate FLOP time and its byte time: the matrix units
+    at ``grouped_gemm_efficiency`` of a dense GEMM's rate, and the two overlapping only in
+    part, as the p-norm (t_flops^p + t_bytes^p)^(1/p) (p = ``grouped_gemm_overlap_exponent``;
+    p → ∞ is the plain roofline's max). Both are fitted to DeepGEMM's grouped-GEMM table
+    (``benchmarks/fit_moe_gemm.py``; docs/model.md §D1)."""
+    compute = flops_s / caps.grouped_gemm_efficiency
+    p = caps.grouped_gemm_overlap_exponent
+    if np.all(np.isinf(p)):
+        return np.maximum(compute, bytes_s)
+    top = np.maximum(compute, bytes_s)
+    ratio = np.minimum(compute, bytes_s) / np.where(top > 0, top, 1.0)
+    return top * (1.0 + ratio**p) ** (1.0 / p)
+
+
+def grouped_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any, *,
+                        sustained: bool = True, launch: bool = True) -> Any:  # fmt: skip
+    """Seconds of an MoE grouped GEMM: ``groups`` experts, each ``m`` rows (tokens routed to
+    it) × ``k`` by its own ``k`` × ``n`` weights, read once; 16-bit outputs. ``sustained``:
+    at the clocks a whole serving job holds (the family's ``training_sustained_fraction``),
+    else at a microbenchmark's; ``launch``: with the kernel's launch latency.
+
+    Example:
+        >>> from deepflow.config.loader import load_device
+        >>> from deepflow.oracle.hardware import device_caps
+        >>> caps = device_caps(load_device("h100-sxm5-80gb"), "fp8")
+        >>> t = grouped_gemm_time_s(caps, 256, 4096, 7168, 4, sustained=False, launch=False)
+        >>> 50e-6 < float(t) < 80e-6
+        True
+    """
+    m, n, k, g = (np.asarray(v, dtype=float) for v in (m, n, k, groups))
+    rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
+    rate = _matrix_rate(caps) / (1.0 if sustained else caps.training_sustained_fraction)
+    nbytes = g * (k * n + m * k) * caps.bytes_per_element + g * m * n * max(
+        caps.bytes_per_element, 2.0
+    )
+    bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
+    time = _grouped_roofline(caps, 2 * g * rows * n * k / rate, nbytes / bandwidth)
+    return time + (caps.kernel_launch_s if launch else 0.0)
 
 
 def _matrix_rate(caps: DeviceCaps) -> Any:
@@ -143,8 +193,8 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     used = local * -np.expm1(tokens * s.ep * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
     rows = tokens * s.topk * s.ep * local / np.maximum(s.experts, 1.0)  # routed here
     per_expert = rows / np.maximum(used, 1e-300)
-    experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h) + _gemm(
-        caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h
+    experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h, grouped=True) + _gemm(
+        caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h, grouped=True
     )
     router = _gemm(caps, s, tokens, s.experts, s.h)
     return qkv + proj + np.where(s.moe, router + experts, dense)
