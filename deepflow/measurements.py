@@ -87,7 +87,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
             "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
-            "fused_swiglu": True,
+            "fused_swiglu": True, "fp8_recipe": "tensorwise",
             "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
@@ -296,6 +296,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
             "attention_kernel": _attention_kernel(text, software_date(case), flash),
             "fp8_params": _fp8_params(case, text),
+            "fp8_recipe": _fp8_recipe(case),
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
             # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
             "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
@@ -362,6 +363,14 @@ def _fp8_params(case: dict[str, Any], text: str) -> bool:
     if re.search(r"fp8[_ ]param", f"{text} {precision}"):
         return True
     return bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
+
+
+def _fp8_recipe(case: dict[str, Any]) -> str:
+    """The float8 scaling recipe: torchao's ``rowwise`` (axiswise scales,
+    ``Float8LinearConfig.from_recipe_name("rowwise")``, torchao/float8/config.py) where the
+    case's precision names it, else one scale per tensor (docs/model.md §C6.4)."""
+    precision = str((case.get("training") or {}).get("precision") or "").lower()
+    return "rowwise" if re.search(r"row[- _]?wise|axiswise", precision) else "tensorwise"
 
 
 def _async_tp(case: dict[str, Any], text: str) -> bool:
@@ -810,6 +819,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "master_weights": flags["master_weights"],
             "attention_kernel": flags["attention_kernel"],
             "fp8_params": flags["fp8_params"],
+            "fp8_recipe": flags["fp8_recipe"],
             "overlap_grad_reduce": flags["dp_overlap"],
             "fp32_main_grads": flags["fp32_main_grads"],
             "gradient_buffers": flags["gradient_buffers"],

@@ -556,6 +556,18 @@ def test_attention_kernel_from_the_stack_and_its_date() -> None:
     assert kernel("Megatron-LM, unfused attention") == "fa2"
 
 
+def test_the_fp8_recipe_is_read_from_the_precision() -> None:
+    def recipe(precision: str) -> str:
+        return str(framework(_titan(precision=precision))["fp8_recipe"])
+
+    assert recipe("float8 rowwise") == "rowwise"
+    assert recipe("fp8 row-wise scaling, bf16 FSDP all-gather") == "rowwise"
+    assert recipe("float8 tensorwise") == "tensorwise"
+    assert recipe("bf16") == "tensorwise"
+    s = training_case_scenario(_titan(precision="float8 rowwise"))
+    assert s.mapping.fp8_recipe == "rowwise"
+
+
 def test_a_job_spreads_over_the_scale_up_domains_it_can_fill_evenly() -> None:
     case = _titan(num_gpus=128, fsdp=128, global_batch_size=256)
     case["hardware"] = {"accelerator": "NVIDIA GB200 NVL72"}  # node size unstated: 72

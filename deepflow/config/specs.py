@@ -19,6 +19,7 @@ __all__ = [
     "ATTENTION_KERNELS",
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
+    "FP8_RECIPES",
     "GRADIENT_BUFFER_MODES",
     "GRID_AXES",
     "MASTER_WEIGHTS_MODES",
@@ -99,6 +100,9 @@ PIPELINE_BALANCE_MODES = ("layers", "compute")
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
 ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
+#: torchao float8 scaling recipes (torchao/float8/config.py, Float8LinearRecipeName): one
+#: scale per tensor, or one per row of each operand (axiswise; docs/model.md §C6.4)
+FP8_RECIPES = ("tensorwise", "rowwise")
 #: The order in which the parallel dimensions take consecutive ranks, innermost first
 #: (docs/model.md §C3): Megatron-Core's ``RankGenerator`` order, "tp-cp-ep-dp-pp" by default and
 #: "tp-cp-ep-pp-dp" with ``--use-tp-pp-dp-mapping``; expert parallelism takes the inner ranks of
@@ -472,6 +476,14 @@ class MappingSpec:
         framework=True,
         default=True,
         doc="FP8 weight copies kept per step (Transformer Engine)",
+    )
+    fp8_recipe: str = knob(
+        "fp8_recipe",
+        workloads=_LLM,
+        framework=True,
+        choices=FP8_RECIPES,
+        default="tensorwise",
+        doc="FP8 scales per tensor, or per row of each operand (torchao rowwise)",
     )
     cross_entropy: str = knob(
         "cross_entropy",

@@ -116,6 +116,12 @@ CASES: list[tuple[str, Any, str]] = [
         "(it lists: fp64, fp32, tf32, bf16, fp16, int8).",
     ),
     (
+        "unknown FP8 recipe with a suggestion",
+        scenario(mapping__fp8_recipe="rowise"),
+        "mapping.fp8_recipe must be one of: tensorwise, rowwise; got 'rowise' "
+        "(did you mean 'rowwise'?).",
+    ),
+    (
         "boolean given as a string",
         scenario(mapping__sequence_parallel="yes"),
         "mapping.sequence_parallel must be true or false; got 'yes'.",

@@ -120,6 +120,7 @@ SPACE = {
         "pipeline_balance": {"type": "categorical", "choices": ["layers", "compute"]},
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
+        "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
         "rank_order": {"type": "categorical", "choices": ["tp-cp-dp-pp", "dp-tp-cp-pp"]},
         "grid_axes": {"type": "categorical", "choices": ["xyz", "yxz"]},

@@ -95,6 +95,25 @@ def test_attention_kernels_rank_as_their_microbenchmarks() -> None:
     assert _tp8(attention_kernel="fa3")["gemm"] == _tp8(attention_kernel="fa2")["gemm"]
 
 
+def test_rowwise_fp8_is_slower_than_tensorwise_at_equal_shapes() -> None:
+    tensorwise = evaluate_one(llama("fp8", tensor_parallel=8, data_parallel=1, zero_stage=0))
+    rowwise = evaluate_one(
+        llama("fp8", tensor_parallel=8, data_parallel=1, zero_stage=0, fp8_recipe="rowwise")
+    )
+    assert rowwise["step_time_s"] > tensorwise["step_time_s"]
+    t, r = tensorwise["breakdown_s"], rowwise["breakdown_s"]
+    # the casts along two axes of the gathered tensors and the backward GEMMs' rescales
+    assert r["elementwise"] > t["elementwise"]
+    # the GEMMs and the (16-bit) TP traffic are the same
+    assert r["gemm"] == pytest.approx(t["gemm"], rel=1e-12)
+    assert r["tensor_parallel_comm"] == pytest.approx(t["tensor_parallel_comm"], rel=1e-12)
+    # outside FP8 training the recipe changes nothing
+    bf16 = [
+        evaluate_one(llama("bf16", fp8_recipe=k))["step_time_s"] for k in ("tensorwise", "rowwise")
+    ]
+    assert bf16[0] == bf16[1]
+
+
 def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -> None:
     from types import SimpleNamespace
 

@@ -195,12 +195,18 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
     bwd_bytes = 2 * (3 + 2 + 3) * unit + 2 * mask + act_bwd + rope
     launches = 5 + swiglu
+    bwd_launches = launches + 2
     if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
         cast_f, cast_b = _fp8_casts(i, o)
-        fwd_bytes, bwd_bytes, launches = fwd_bytes + cast_f, bwd_bytes + cast_b, launches + 4
+        # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
+        # rescales, one kernel each
+        rowwise = i.x["fp8_recipe"] > 0
+        fwd_bytes, bwd_bytes = fwd_bytes + cast_f, bwd_bytes + cast_b
+        launches = launches + o.where(rowwise, 8.0, 4.0)
+        bwd_launches = bwd_launches + o.where(rowwise, 16.0, 4.0)
     return Elementwise(
         fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
-        bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, launches + 2),
+        bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, bwd_launches),
     )
 
 
@@ -209,19 +215,43 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
 _FP8_CAST_BYTES = 4.0
 
 
+#: torchao's rowwise recipe casts each operand twice, once per axis (a row-scaled copy for one
+#: GEMM, a column-scaled one for the other; torchao/float8/float8_linear.py,
+#: matmul_with_hp_or_float8_args): read 2 bytes and write 1, twice (docs/model.md §C6.4).
+_FP8_ROWWISE_CAST_BYTES = 6.0
+#: The rescale of a slow-accumulation backward GEMM's 16-bit output (``output *=
+#: post_inverse_scale``, torchao/float8/float8_ops.py addmm_float8_unwrapped): read 2, write 2.
+_FP8_RESCALE_BYTES = 4.0
+
+
 def _fp8_casts(i: Inputs, o: Any) -> tuple[Any, Any]:
     """Bytes of a layer's FP8 casts per micro-batch, forward and backward: the four linear
     layers' inputs (forward) and output gradients (backward), each cast with its transpose;
-    the weights cast once per step (cached over its micro-batches)."""
+    the weights cast once per step (cached over its micro-batches).
+
+    Tensor-wise scaling (torchtitan's float8 TP styles, ``Float8ColwiseParallel``) casts the
+    sequence-parallel shard before the TP all-gather. torchao's rowwise recipe (axiswise
+    scales, ``fp8_recipe``; torchao/float8/config.py) takes no float8 TP style
+    (torchtitan ``parallelize_llama``: "For rowwise recipes, we use regular TP and all-gather
+    happens in high precision", ``enable_float8_tensorwise_tp``,
+    https://github.com/pytorch/torchtitan/blob/main/torchtitan/models/llama3/parallelize_llama.py),
+    so it casts the gathered tensor, along both axes; and its backward GEMMs (slow
+    accumulation) run cuBLAS tensor-wise with unit scales and rescale their output in a
+    kernel of their own (pytorch/ao PR #1325, https://github.com/pytorch/ao/pull/1325; issue
+    #2184, https://github.com/pytorch/ao/issues/2184): their outputs are the shapes of the
+    GEMM inputs (input gradient) and the weights (weight gradient)."""
     T, T_e, h, tp = i.T, i.T_e, i.h, i.tp
+    rowwise = i.x["fp8_recipe"] > 0
     mlp = T * i.ffn / tp * i.topk
-    inputs = 2 * T_e * h + T * i.a * i.d_h / tp + mlp
-    grads = T * (i.a + 2 * i.kv) * i.d_h / tp + 2 * T_e * h + (i.mats - 1) * mlp
+    gathered = o.where(rowwise, T, T_e)  # the column-parallel inputs, row-parallel out-grads
+    inputs = 2 * gathered * h + T * i.a * i.d_h / tp + mlp
+    grads = T * (i.a + 2 * i.kv) * i.d_h / tp + 2 * gathered * h + (i.mats - 1) * mlp
     weights = (h * (i.a + 2 * i.kv) * i.d_h + i.a * i.d_h * h + i.mats * h * i.ffn) / tp
     # cached for the step (Transformer Engine) or cast again every micro-batch (torchao)
     casts = o.where(i.x["fp8_weight_cache"] > 0, 1.0 / o.maximum(i.m, 1.0), 1.0)
-    per_step = _FP8_CAST_BYTES * weights * casts
-    return _FP8_CAST_BYTES * inputs + per_step, _FP8_CAST_BYTES * grads
+    cast_B = o.where(rowwise, _FP8_ROWWISE_CAST_BYTES, _FP8_CAST_BYTES)
+    rescale = o.where(rowwise, _FP8_RESCALE_BYTES * (inputs + weights), 0.0)
+    return cast_B * (inputs + weights * casts), cast_B * grads + rescale
 
 
 class TensorComm(NamedTuple):
