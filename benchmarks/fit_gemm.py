@@ -31,7 +31,11 @@ def fit() -> dict[tuple[str, str], float]:
     return {key: math.exp(sum(map(math.log, r)) / len(r)) for key, r in ratios.items()}
 
 
-def write(fitted: dict[tuple[str, str], float], path: Path) -> None:
+def set_values(path: Path, values: dict[tuple[str, str], float], *, indent: int, key: str,
+               fmt: str) -> None:  # fmt: skip
+    """Set ``values[(family, name)]`` in a kernels.yaml in place, keeping its comments: the
+    entries ``indent`` spaces deep, their names matching the regex ``key``, under each
+    two-space family header."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     family = None
     for i, line in enumerate(lines):
@@ -39,11 +43,16 @@ def write(fitted: dict[tuple[str, str], float], path: Path) -> None:
         if header:
             family = header.group(1)
             continue
-        entry = re.match(r"^(\s{6})([a-z0-9]+):\s*([0-9.]+)(\s*#.*)?$", line)
-        if entry and family and (family, entry.group(2)) in fitted:
-            value = fitted[(family, entry.group(2))]
-            lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:.4f}{entry.group(4) or ''}\n"
+        entry = re.match(rf"^(\s{{{indent}}})({key}):\s*([0-9.]+)(\s*#.*)?$", line)
+        if entry and family and (family, entry.group(2)) in values:
+            value = values[(family, entry.group(2))]
+            lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:{fmt}}{entry.group(4) or ''}\n"
     path.write_text("".join(lines), encoding="utf-8")
+
+
+def write(fitted: dict[tuple[str, str], float], path: Path) -> None:
+    """Set the fitted gemm_efficiency of each (family, precision)."""
+    set_values(path, fitted, indent=6, key="[a-z0-9]+", fmt=".4f")
 
 
 def main() -> None:

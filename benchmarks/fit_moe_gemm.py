@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from fit_gemm import set_values  # benchmarks/ is the script's folder
 
 from deepflow.config.loader import builtin_config_dir
 from deepflow.oracle.hardware import DeviceCaps
@@ -36,6 +36,9 @@ from deepflow.validation import (
 
 EFFICIENCIES = np.round(np.arange(0.50, 1.0001, 0.005), 3)
 EXPONENTS = np.round(np.arange(1.0, 8.0001, 0.05), 2)
+
+#: The calibration file the fitted constants go to.
+KERNELS_YAML = builtin_config_dir() / "calibration" / "kernels.yaml"
 
 
 def fit() -> dict[str, dict[str, float]]:
@@ -68,18 +71,8 @@ def fit() -> dict[str, dict[str, float]]:
 
 def write(fitted: dict[str, dict[str, float]], path: Path) -> None:
     """Set the fitted values of each family in kernels.yaml, keeping the comments."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    family = None
-    for i, line in enumerate(lines):
-        header = re.match(r"^  ([a-z]+):\s*(#.*)?$", line)
-        if header:
-            family = header.group(1)
-            continue
-        entry = re.match(r"^(\s{4})(grouped_gemm_[a-z_]+):\s*([0-9.]+)(\s*#.*)?$", line)
-        if entry and family in fitted and entry.group(2) in fitted[family]:
-            value = fitted[family][entry.group(2)]
-            lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:g}{entry.group(4) or ''}\n"
-    path.write_text("".join(lines), encoding="utf-8")
+    values = {(family, name): v for family, row in fitted.items() for name, v in row.items()}
+    set_values(path, values, indent=4, key="grouped_gemm_[a-z_]+", fmt="g")
 
 
 def main() -> None:
@@ -103,9 +96,8 @@ def main() -> None:
         print(f"{name}: mean |error| {100 * mean:.1f} %, max |error| {100 * worst:.1f} % over "
               f"{len(scored)} cases")  # fmt: skip
     if args.write:
-        path = builtin_config_dir() / "calibration" / "kernels.yaml"
-        write(fitted, path)
-        print(f"wrote {path}")
+        write(fitted, KERNELS_YAML)
+        print(f"wrote {KERNELS_YAML}")
 
 
 if __name__ == "__main__":
