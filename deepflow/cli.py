@@ -339,7 +339,8 @@ def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
         ("#", 0, "right"), ("step s", 0, "right"), ("MFU", 1, "right"), ("mem GiB", 1, "right"),
         ("TP", 0, "right"), ("PP", 0, "right"), ("DP", 0, "right"), ("CP", 3, "right"),
         ("EP", 4, "right"), ("mb", 1, "right"), ("v", 3, "right"), ("SP", 2, "right"),
-        ("recompute", 2, "right"), ("ZeRO", 1, "right"),
+        ("recompute", 2, "right"), ("ZeRO", 1, "right"), ("ranks", 3, "left"),
+        ("axes", 4, "left"),
     ]  # fmt: skip
     rows = []
     for rank, row in enumerate(result["mappings"], 1):
@@ -351,7 +352,7 @@ def _print_mappings(result: dict[str, Any], *, wide: bool = False) -> None:
             str(m["context_parallel"]), str(m["expert_parallel"]),
             str(m["micro_batch_size"]), str(m["virtual_pipeline_stages"]),
             "yes" if m["sequence_parallel"] else "no", m["activation_recompute"],
-            str(m["zero_stage"]),
+            str(m["zero_stage"]), m["rank_order"], m["grid_axes"],
         ])  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
     _print_table(title, columns, rows, wide=wide)

@@ -232,3 +232,15 @@ def _replace_mapping(s: Scenario, values: dict[str, Any]) -> Scenario:
     from dataclasses import replace
 
     return replace(s, mapping=replace(s.mapping, **values))
+
+
+def test_best_mapping_prints_the_placement_with_wide(monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path = str(REPO / "configs" / "scenarios" / "llama3-8b-maxtext-tpu-v5e.yaml")
+    narrow = runner.invoke(app, ["best-mapping", path, "--top", "2"])
+    assert narrow.exit_code == 0, narrow.output
+    assert "ranks, axes; --wide shows them" in narrow.stdout
+    wide = runner.invoke(app, ["best-mapping", path, "--top", "2", "--wide"])
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("┃"))
+    assert "ranks" in header and "axes" in header
+    assert "tp-dp-cp-pp" in wide.stdout  # FSDP ranks innermost beat CP's on the v5e torus
