@@ -245,6 +245,11 @@ def _entry(path: Path, name: str, cls: type[T]) -> T:
     return build(cls, require_mapping(raw.get(name), ctx), ctx)
 
 
+#: How long the framework's tensors live (docs/model.md §C2.5): as eager PyTorch frees them
+#: through its caching allocator, or from definition to last use in a compiled (XLA) program.
+BUFFER_LIFETIMES = ("caching_allocator", "compiled_program")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoryCalibration:
     """Device memory a training process holds besides its model tensors
@@ -258,6 +263,12 @@ class MemoryCalibration:
     )
     cuda_context_B: float = key("cuda_context_MiB", scale=MiB, ge=0, doc="context + kernels")
     nccl_buffers_B: float = key("nccl_buffers_MiB", scale=MiB, ge=0, doc="NCCL's own buffers")
+    buffer_lifetime: str = key(
+        "buffer_lifetime",
+        choices=BUFFER_LIFETIMES,
+        default="caching_allocator",
+        doc="tensors live as PyTorch frees them, or from def to last use in a compiled program",
+    )
 
 
 @cache

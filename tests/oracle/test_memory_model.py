@@ -398,3 +398,41 @@ def test_a_measured_stage_is_scored_as_that_stage() -> None:
     with pytest.raises(ConfigError, match="stage memory is modelled for transformer training; "
                                           "got a training GemmSpec workload"):  # fmt: skip
         stage_memory_B(load_scenario(SCENARIOS / "gemm-a100.yaml"), "last")
+
+
+def test_a_compiled_program_gathers_weight_by_weight_and_reuses_the_loss_buffers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # XLA (the TPU family's buffer_lifetime, docs/model.md §C2.5): FSDP holds the largest
+    # weight, the next one and the first's gradient, 16-bit each; the loss buffers share the
+    # re-materialised layer's memory. The eager allocator's accounting holds two whole
+    # layers and one layer's fp32 gradients, and the loss buffers besides.
+    from deepflow.config import calibration
+
+    tpu = load_scenario(SCENARIOS / "llama3-8b-maxtext-tpu-v5e.yaml")
+    compiled = evaluate_one(tpu)["memory_breakdown_B"]
+    model = tpu.workload.model
+    assert isinstance(model, TransformerSpec)
+    own = calibration.Calibration.memory_of
+
+    def eager(self: calibration.Calibration, family: str) -> calibration.MemoryCalibration:
+        return dataclasses.replace(own(self, family), buffer_lifetime="caching_allocator")
+
+    monkeypatch.setattr(calibration.Calibration, "memory_of", eager)
+    allocator = evaluate_one(tpu)["memory_breakdown_B"]
+    h, f, v = model.hidden_size, model.ffn_hidden_size, model.vocab_size
+    largest = max(h * f, v * h) / tpu.mapping.tensor_parallel
+    assert compiled["fsdp_buffers"] == pytest.approx(3 * 2.0 * largest, rel=1e-9)
+    assert compiled["fsdp_buffers"] < allocator["fsdp_buffers"]
+    assert compiled["logits"] < allocator["logits"]
+    assert compiled["activations"] == pytest.approx(allocator["activations"], rel=1e-12)
+
+
+def test_an_unknown_buffer_lifetime_is_refused(tmp_path: Path) -> None:
+    from deepflow.config.calibration import _memory_calibration
+
+    path = tmp_path / "frameworks.yaml"
+    path.write_text("memory: {workspace_MiB: 0, allocator_fragmentation: 0, cuda_context_MiB: 0,"
+                    " nccl_buffers_MiB: 0, buffer_lifetime: eager}\n")  # fmt: skip
+    with pytest.raises(ConfigError, match="buffer_lifetime"):
+        _memory_calibration(path)

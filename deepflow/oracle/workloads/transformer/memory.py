@@ -228,6 +228,17 @@ def memory(
     fsdp_units = in_flight * _WEIGHT_B + unit * 4.0
     deepspeed = o.minimum(in_flight, _DEEPSPEED_MAX_LIVE_PARAMS) * 4.0
     blocking = i.x["overlap_grad_reduce"] <= 0
+    # a compiled program (XLA, cal.buffer_lifetime): each weight is its own parameter array,
+    # cast to the 16-bit compute dtype before its einsum (MaxText layers/linears.py,
+    # DenseGeneral: ``jnp.asarray(kernel, self.dtype)``), so the SPMD partitioner gathers it
+    # alone and its transpose reduce-scatters the 16-bit gradient as soon as it is produced;
+    # buffer assignment frees each at its last use (https://openxla.org/xla/architecture):
+    # the largest weight being computed on, the next one prefetched by the latency-hiding
+    # scheduler, and the gradient of the first, 16-bit each
+    compiled = cal.buffer_lifetime == "compiled_program"
+    if compiled:
+        largest = o.maximum(o.maximum(i.h * i.a * i.d_h, i.h * i.ffn), params.embedding) / i.tp
+        fsdp_units = 3.0 * _WEIGHT_B * largest + 0.0 * in_flight
     fsdp = o.where((zero >= 3) & (dp_cp > 1), o.where(blocking, deepspeed, fsdp_units), 0.0)
     # FP8 parameters (Transformer Engine's fp8_model_init; Megatron-Core fp8_param_gather): the
     # working weights are the FP8 copy itself, 1 byte, and nothing is cached besides them
@@ -278,11 +289,16 @@ def memory(
         last_keep = o.minimum((o.maximum(last_n - off, 0.0) + 1.0) / o.maximum(last_n, 1.0), 1.0)
         act = o.where(off > 0, act * first_keep, act)
         last_act = o.where(off > 0, last_act * last_keep, last_act)
-    if o.any(full):  # one layer re-materialised at a time in backward
-        act = act + o.where(full, plain_act, 0.0)
+    remat = o.where(full, plain_act, 0.0) if o.any(full) else 0.0
+    act = act + remat  # one layer re-materialised at a time in backward
     logit_b = o.choose(i.x["cross_entropy"], _LOSS_BYTES_PER_LOGIT)
     logits = logit_b * i.logits
     first_logits = o.where(i.pp == 1, logits, 0.0)
+    if compiled:
+        # the loss buffers die (last use: the output layer's backward) before the first
+        # layer is re-materialised, and buffer assignment gives both the same memory: only
+        # what exceeds the re-materialised layer adds to the peak
+        first_logits = o.maximum(first_logits - _ACTIVATION_OVERHEAD * remat, 0.0)
     first_act = _ACTIVATION_OVERHEAD * act + first_logits
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
     # the model states per parameter; the two ends differ only in their layers' states
