@@ -36,6 +36,7 @@ __all__ = [
     "accelerator_presets",
     "batch_scale",
     "case_category",
+    "decode_kv_reads",
     "framework",
     "framework_profile",
     "inference_case_scenario",
@@ -955,7 +956,9 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
     * TensorRT-LLM's PyTorch-backend executor's host time per running request and iteration
       (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``);
-    * how the scheduler reserves KV cache (:func:`kv_cache_reservation`).
+    * how the scheduler reserves KV cache (:func:`kv_cache_reservation`);
+    * how its decode attention kernel reads a grouped-query model's KV cache
+      (:func:`decode_kv_reads`).
     """
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
@@ -965,6 +968,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         "batching": "static" if lockstep else "continuous",
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
         "kv_cache_reservation": kv_cache_reservation(case),
+        "decode_kv_reads": decode_kv_reads(case),
     }
     if "tensorrt-llm" in text and "pytorch backend" in text:
         from deepflow.config.calibration import current_calibration
@@ -1004,6 +1008,29 @@ def kv_cache_reservation(case: dict[str, Any]) -> str:
         if version is None or (int(version[1]), int(version[2])) >= (0, 1):
             return "on_demand"
     return "full_context"
+
+
+def decode_kv_reads(case: dict[str, Any]) -> str:
+    """How the case's decode attention kernel reads the KV cache (docs/model.md §D1):
+
+    * ``per_query_head`` for TensorRT-LLM before v0.7.1: its generation-phase masked MHA
+      kernel runs one thread block per query head and sequence (``blockIdx.x`` the query head
+      ``hi``, its KV head ``hi_kv = hi / qhead_per_kv``), each streaming that KV head's cache,
+      so a grouped-query model's cache is read once per query head; v0.7.1's release notes add
+      "MMHA optimization for MQA and GQA" and FP8 KV caches for the XQA kernel, which loads a
+      KV head once for its query heads
+      (https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/release-notes.md,
+      "TensorRT-LLM Release 0.7.1");
+    * ``per_kv_head`` otherwise (XQA, FlashAttention/FlashInfer decode kernels).
+    """
+    inf = case.get("inference") or {}
+    if "tensorrt-llm" not in str(inf.get("framework") or "").lower():
+        return "per_kv_head"
+    version = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(inf.get("framework_version") or ""))
+    if version is None:
+        return "per_kv_head"
+    release = tuple(int(v or 0) for v in version.groups())
+    return "per_query_head" if release < (0, 7, 1) else "per_kv_head"
 
 
 #: trtllm-bench's bytes per weight and KV element by quantisation (TensorRT-LLM

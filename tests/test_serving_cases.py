@@ -14,6 +14,7 @@ from deepflow.data import load_measurements
 from deepflow.errors import ConfigError
 from deepflow.measurements import (
     SERVING_QUANTITIES,
+    decode_kv_reads,
     inference_case_scenario,
     kv_cache_reservation,
     serving_scheduler,
@@ -92,6 +93,26 @@ def test_the_kv_cache_reservation_follows_each_frameworks_block_manager() -> Non
     full = evaluate_one(dataclasses.replace(scenario, workload=dataclasses.replace(
         scenario.workload, kv_cache_reservation="full_context")))  # fmt: skip
     assert full["active_batch"] < 64 == paged["active_batch"] and paged["queue_wait_s"] == 0
+
+
+def test_tensorrt_llm_before_0_7_1_reads_the_kv_cache_once_per_query_head() -> None:
+    # v0.6.1's masked MHA kernel: one thread block per query head, each streaming its KV head
+    session = _case("trt061_l2_70b_h100_tp2_b64_2048_2048")
+    scenario = inference_case_scenario(session)
+    assert scenario.workload.decode_kv_reads == "per_query_head"
+    for version, reads in (("0.7.0", "per_query_head"), ("v0.7.1", "per_kv_head"),
+                           ("1.0", "per_kv_head"), ("not stated", "per_kv_head")):  # fmt: skip
+        session["inference"]["framework_version"] = version
+        assert decode_kv_reads(session) == reads, version
+    # XQA (trtllm-bench's releases) and other frameworks share a KV head's read
+    for case_id in ("trtllm_l70b_h200_tp1_128_2048", "lmdeploy_l2_7b_a100_tp1_c64_128_2048"):
+        assert decode_kv_reads(_case(case_id)) == "per_kv_head", case_id
+    # Llama 2 70B on two GPUs: 32 query heads read what 4 KV heads hold, 8 times the bytes
+    shared = evaluate_one(dataclasses.replace(scenario, workload=dataclasses.replace(
+        scenario.workload, decode_kv_reads="per_kv_head")))  # fmt: skip
+    apart = evaluate_one(scenario)
+    assert apart["breakdown_s"]["decode_attention"] > 7 * shared["breakdown_s"]["decode_attention"]
+    assert apart["breakdown_s"]["decode_gemm"] == shared["breakdown_s"]["decode_gemm"]
 
 
 def test_stated_scheduler_limits_win_over_trtllm_benchs_heuristic() -> None:

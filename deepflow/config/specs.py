@@ -72,6 +72,8 @@ SERVING_BATCHING = ("continuous", "static")
 #: How a server's scheduler reserves KV cache for a running request (``workload.kv_cache_
 #: reservation``; docs/model.md §D3): its whole context up front, or blocks as its tokens come.
 KV_CACHE_RESERVATIONS = ("full_context", "on_demand")
+#: How a decode step's attention kernel reads the KV cache of a grouped-query model (§D1).
+DECODE_KV_READS = ("per_kv_head", "per_query_head")
 TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 #: Activation recompute: none; Megatron's selective (the attention core); full (the layer
@@ -296,6 +298,13 @@ class WorkloadSpec:
         "cuda_graph_padding", default=False,
         doc="serving: decode-only iterations run a CUDA graph captured for the next power of "
             "two of the batch (TensorRT-LLM's cuda_graph_config enable_padding)",
+    )  # fmt: skip
+    decode_kv_reads: str = key(
+        "decode_kv_reads", choices=DECODE_KV_READS, default="per_kv_head",
+        doc="serving: per_kv_head (a decode's attention kernel reads each KV head's cache once "
+            "for its query heads: FlashAttention, XQA) or per_query_head (each query head's "
+            "thread block streams its KV head's cache: TensorRT-LLM's masked MHA before "
+            "v0.7.1)",
     )  # fmt: skip
     # serving cost inputs (docs/model.md §D4)
     electricity_usd_per_kWh: float = key(

@@ -138,6 +138,27 @@ def test_an_unknown_kv_cache_reservation_is_rejected_with_the_choices() -> None:
         serving(kv_cache_reservation="lazy")
 
 
+def test_per_query_head_kv_reads_multiply_a_gqa_decodes_cache_bytes() -> None:
+    # Llama 3 8B: 32 query heads share 8 KV heads; a bytes-bound decode reads 4x the cache
+    base = {"global_batch_size": 64, "output_tokens": 2048, "batching": "static"}
+    shared = evaluate_one(serving(**base))
+    apart = evaluate_one(serving(**base, decode_kv_reads="per_query_head"))
+    attention = "decode_attention"
+    launch = 32 * 2047 * device_caps(load_device("h100-sxm5-80gb"), "bf16").kernel_launch_s
+    assert apart["breakdown_s"][attention] - launch == pytest.approx(
+        4 * (shared["breakdown_s"][attention] - launch), rel=1e-9
+    )
+    assert apart["breakdown_s"]["decode_gemm"] == shared["breakdown_s"]["decode_gemm"]
+    assert apart["ttft_s"] == shared["ttft_s"] and apart["tokens_per_s"] < shared["tokens_per_s"]
+
+
+def test_an_unknown_decode_kv_reads_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"workload.decode_kv_reads must be one of: "
+                                          r"per_kv_head, per_query_head; got 'per_head' "
+                                          r"\(did you mean 'per_kv_head'\?\)\."):  # fmt: skip
+        serving(decode_kv_reads="per_head")
+
+
 def test_the_schedulers_caps_bound_the_running_batch() -> None:
     assert evaluate_one(serving(global_batch_size=64, max_batch_size=16))["active_batch"] == 16
     # a token budget T holds B·(1 + s_in/s_out) tokens at steady state: 2304 / (1 + 8) = 256
@@ -253,6 +274,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "max_num_tokens": [0, 0, 8192, 0, 0],
         "cuda_graph_padding": [1, 0, 1, 0, 0],
         "max_batch_size": [0, 0, 0, 0, 1024],
+        "kv_reads_per_query_head": [0, 1, 0, 1, 1],
     }
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
     keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
@@ -262,6 +284,8 @@ def test_batch_equals_loop_of_singles() -> None:
         changes = {keys[k]: int(v[i]) for k, v in columns.items() if k in keys}
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
+        changes["decode_kv_reads"] = ("per_query_head" if columns["kv_reads_per_query_head"][i]
+                                      else "per_kv_head")  # fmt: skip
         changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]
                                            else "full_context")  # fmt: skip
         one = evaluate_one(

@@ -60,7 +60,8 @@ INFERENCE_COLUMNS = (
     "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
     "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
     "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
-    "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
+    "kv_reads_per_query_head", "tensor_parallel", "pipeline_parallel", "data_parallel",
+    "expert_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -203,7 +204,15 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
 def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, context: Any,
                prompt_tokens: Any) -> Any:  # fmt: skip
     """One layer's attention kernels: decode tokens over their KV cache (``context`` tokens
-    each: bytes dominate), prompt tokens causally over their prompt (FLOPs dominate)."""
+    each: bytes dominate), prompt tokens causally over their prompt (FLOPs dominate).
+
+    A decode reads each KV head's cache once for the query heads that share it (grouped-query
+    attention; FlashAttention's and TensorRT-LLM's XQA kernels), or once per query head where
+    the kernel runs one thread block per query head and sequence, each streaming its KV head's
+    cache (``kv_reads_per_query_head``: TensorRT-LLM's masked MHA kernel before v0.7.1, whose
+    release notes add "MMHA optimization for MQA and GQA",
+    https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/release-notes.md; docs/model.md
+    §D1)."""
     rate = (
         caps.peak_flops
         / _slow16(caps)
@@ -211,7 +220,8 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
         * caps.training_sustained_fraction
     )  # as training's attention (§C6.2)
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
-    kv_bytes = 2 * decode * context * s.kv * s.d_h * x["kv_cache_bytes"]
+    read_heads = np.where(x["kv_reads_per_query_head"] > 0, s.q, s.kv)
+    kv_bytes = 2 * decode * context * read_heads * s.d_h * x["kv_cache_bytes"]
     dec = np.maximum(4 * decode * context * s.q * s.d_h / rate, kv_bytes / bandwidth)
     s_in = x["input_tokens"]
     causal = (1 + _FLASH_KV_TILE / s_in) / 2
@@ -417,6 +427,7 @@ class InferenceWorkload(Workload):
             "max_num_tokens": float(workload.max_num_tokens),
             "cuda_graph_padding": float(workload.cuda_graph_padding),
             "host_s_per_request": workload.host_s_per_request,
+            "kv_reads_per_query_head": float(workload.decode_kv_reads == "per_query_head"),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
