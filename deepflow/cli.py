@@ -509,8 +509,11 @@ def sample(
             TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
         )  # fmt: skip
         task_ids: list[Any] = []
+        stopping: list[int] = []  # the signal SIGTERM brought, once the pool runs
 
         def progress(done: int, total: int) -> None:
+            if stopping:  # between chunks: outside the pool's own locks and queues
+                raise SystemExit(128 + stopping[0])
             if not task_ids:  # the first call comes once the input is validated
                 bar.start()
                 task_ids.append(bar.add_task("sample", total=total, completed=done, kept=done))
@@ -519,8 +522,15 @@ def sample(
 
         import signal
 
-        def stop(signum: int, frame: Any) -> None:  # SIGTERM: unwind as on Ctrl-C, so the
-            raise SystemExit(128 + signum)  # pool, the lock and temporaries are cleaned up
+        def stop(signum: int, frame: Any) -> None:
+            """SIGTERM: unwind as on Ctrl-C, so the pool, the lock and temporaries are cleaned
+            up. Once chunks are running the unwinding starts at the next finished chunk: an
+            exception raised inside the worker pool's result loop (joblib/loky: its locks and
+            queues) could leave its shutdown waiting forever. A second SIGTERM, or one before
+            the first chunk, unwinds at once."""
+            if not task_ids or stopping:
+                raise SystemExit(128 + signum)
+            stopping.append(signum)
 
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, stop) if main else None
