@@ -64,7 +64,8 @@ def enumerate_mappings(scenario: Scenario, *, placements: bool = True) -> dict[s
     the scenario.
     """
     structural, chosen = _picks(scenario)
-    placed = _placements(scenario, structural, chosen, others=placements)
+    distinct = _distinct_placements(scenario, structural) if placements else None
+    placed = _placements(scenario, structural, chosen, distinct)
     return _columns(scenario, structural, *placed)
 
 
@@ -111,20 +112,30 @@ def _picks(scenario: Scenario) -> tuple[NDArray[np.int64], F]:
     return structural, np.array(picks, dtype=float).reshape(-1, 4)
 
 
-def _placements(
-    scenario: Scenario, structural: NDArray[np.int64], chosen: F, *, own: bool = True,
-    others: bool = True,
-) -> tuple[F, F, F]:  # fmt: skip
-    """``chosen``'s picks repeated over their distinct placements: (picks, rank-order codes,
-    grid-axes codes). ``own``: the scenario's own placement, first for each pick; ``others``:
-    every other distinct one (docs/model.md §C3)."""
+def _distinct_placements(
+    scenario: Scenario, structural: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], list[int]]:
+    """The distinct placements of the structural rows: (row, rank-order code) pairs
+    (:func:`_distinct_rank_orders`) and the grid-axes codes (:func:`_distinct_grid_axes`),
+    the scenario's own first."""
     own_order = RANK_ORDERS.index(scenario.mapping.rank_order)
-    own_axes = GRID_AXES.index(scenario.mapping.grid_axes)
-    if not others:  # the own placement is every pick's first (_distinct_rank_orders)
-        n = len(chosen) if own else 0
-        return chosen[:n], np.full(n, float(own_order)), np.full(n, float(own_axes))
-    orders = _distinct_rank_orders(structural, own_order)
-    axes = _distinct_grid_axes(scenario)
+    return _distinct_rank_orders(structural, own_order), _distinct_grid_axes(scenario)
+
+
+def _placements(
+    scenario: Scenario, structural: NDArray[np.int64], chosen: F,
+    distinct: tuple[NDArray[np.int64], list[int]] | None, *, own: bool = True,
+) -> tuple[F, F, F]:  # fmt: skip
+    """``chosen``'s picks repeated over their placements: (picks, rank-order codes, grid-axes
+    codes). ``distinct`` None: the scenario's own placement only; else every distinct one
+    (:func:`_distinct_placements`), the own first for each pick unless ``own`` is False
+    (docs/model.md §C3)."""
+    if distinct is None:  # the own placement is every pick's first (_distinct_rank_orders)
+        n = len(chosen)
+        own_order = RANK_ORDERS.index(scenario.mapping.rank_order)
+        own_axes = GRID_AXES.index(scenario.mapping.grid_axes)
+        return chosen, np.full(n, float(own_order)), np.full(n, float(own_axes))
+    orders, axes = distinct
     per_row = np.bincount(orders[:, 0], minlength=len(structural))
     first = np.concatenate(([0], np.cumsum(per_row)[:-1]))
     pick_rows = chosen[:, 0].astype(np.int64)
@@ -137,7 +148,7 @@ def _placements(
     picks = np.repeat(picks, len(axes), axis=0)
     order_codes = np.repeat(order_codes, len(axes))
     axis_codes = np.tile(np.asarray(axes, dtype=float), len(index))
-    keep = (is_own & own) | (~is_own & others)
+    keep = np.ones_like(is_own) if own else ~is_own
     return picks[keep], order_codes[keep], axis_codes[keep]
 
 
@@ -274,13 +285,14 @@ def best_mappings(
     # placements of the picks whose step without any communication (a bound on every
     # placement's: a placement changes only collective times) could still enter the top.
     own = _Evaluated(scenario, _columns(scenario, structural, *_placements(
-        scenario, structural, chosen, others=False)), caps, net, cal)  # fmt: skip
+        scenario, structural, chosen, None)), caps, net, cal)  # fmt: skip
     ranked = np.sort(own.step[own.feasible])
     threshold = ranked[top - 1] if len(ranked) >= top else np.inf
     bound = _Evaluated(scenario, own.x, caps, _without_communication(net), cal).step
     open_ = own.feasible & (bound <= threshold)
+    distinct = _distinct_placements(scenario, structural)
     rest = _columns(scenario, structural, *_placements(scenario, structural, chosen[open_],
-                                                        own=False))  # fmt: skip
+                                                        distinct, own=False))  # fmt: skip
     stages = (own,) if not len(rest["tensor_parallel"]) else (
         own, _Evaluated(scenario, rest, caps, net, cal))  # fmt: skip
     steps = np.concatenate([e.step for e in stages])
@@ -291,7 +303,7 @@ def best_mappings(
     out = [stages[int(i >= n_own)].entry(int(i) - n_own * int(i >= n_own), peak) for i in order]
     # every pick has as many placements as _placements gives it; memory and the budgets
     # do not depend on the placement, so a pick's feasibility is its placements'
-    count_each = _placement_counts(scenario, structural, chosen)
+    count_each = _placement_counts(structural, chosen, distinct)
     count = int(count_each.sum())
     constraints = own.constraints
     found: dict[str, Any] = {"num_valid": count,
@@ -363,9 +375,9 @@ def _without_communication(net: NetworkModel) -> NetworkModel:
 
 
 def _placement_counts(
-    scenario: Scenario, structural: NDArray[np.int64], chosen: F
+    structural: NDArray[np.int64], chosen: F, distinct: tuple[NDArray[np.int64], list[int]]
 ) -> NDArray[np.int64]:
     """The number of distinct placements of each pick (:func:`_placements`)."""
-    orders = _distinct_rank_orders(structural, RANK_ORDERS.index(scenario.mapping.rank_order))
+    orders, axes = distinct
     per_row = np.bincount(orders[:, 0], minlength=len(structural))
-    return np.asarray(per_row[chosen[:, 0].astype(np.int64)] * len(_distinct_grid_axes(scenario)))
+    return np.asarray(per_row[chosen[:, 0].astype(np.int64)] * len(axes))

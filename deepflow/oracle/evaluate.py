@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -16,6 +15,7 @@ from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.specs import (
+    RANK_ORDERS,
     DesignDeviceSpec,
     NetworkSpec,
     Scenario,
@@ -41,7 +41,8 @@ from deepflow.oracle.hardware import (
     device_summary,
 )
 from deepflow.oracle.kernels import sram_excess_B
-from deepflow.oracle.network import NetworkModel
+from deepflow.oracle.network import NetworkModel, group_placement
+from deepflow.oracle.parallelism import group_strides
 from deepflow.oracle.workloads import StepResult, Workload, workload_for
 
 __all__ = [
@@ -252,20 +253,19 @@ _GROUPS = (("tensor_parallel", "tp"), ("context_parallel", "cp"), ("data_paralle
 def _placement(scenario: Scenario) -> dict[str, Any]:
     """Where a training step's parallel groups sit (docs/model.md §C3): the rank order,
     the grid axes, and per group of more than one rank its size, stride, members per node and
-    nodes spanned (:func:`deepflow.oracle.network.group_placement`; tested equal)."""
+    nodes spanned (:func:`deepflow.oracle.network.group_placement`)."""
     if scenario.workload.kind != "training":  # serving places its groups itself (§D1)
         return {}
     mapping = scenario.mapping
-    inner = mapping.rank_order.split("-")
-    degrees = {sym: getattr(mapping, key) for key, sym in _GROUPS}
+    degrees = tuple(getattr(mapping, key) for key, _ in _GROUPS)
+    strides = group_strides(degrees, RANK_ORDERS.index(mapping.rank_order))
     groups = {}
-    for key, sym in _GROUPS:
-        if degrees[sym] > 1:
-            stride = math.prod(degrees[d] for d in inner[: inner.index(sym)])
-            # group_placement's rule in integers: min(n, max(d // stride, 1)) per node
-            members = min(degrees[sym], max(scenario.system.devices_per_node // stride, 1))
-            groups[key] = {"size": degrees[sym], "stride": stride, "members_per_node": members,
-                           "nodes": -(-degrees[sym] // members)}  # fmt: skip
+    for (key, sym), size in zip(_GROUPS, degrees, strict=True):
+        if size > 1:
+            stride = int(strides[f"st_{sym}"])
+            members, nodes = group_placement(size, stride, scenario.system.devices_per_node)
+            groups[key] = {"size": size, "stride": stride, "members_per_node": int(members),
+                           "nodes": int(nodes)}  # fmt: skip
     return {"placement": {"rank_order": mapping.rank_order, "grid_axes": mapping.grid_axes,
                           "groups": groups}}  # fmt: skip
 

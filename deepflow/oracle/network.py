@@ -420,10 +420,13 @@ def _axis_extents(level: _Level) -> list[Any]:
     if level.axes is None:
         return [float(x) for x in level.shape]
     ndim = len(level.shape)
-    orders = [[axis for axis in ("xyz".index(c) for c in name) if axis < ndim]
-              for name in GRID_AXES]  # fmt: skip
+    orders = [[axis for axis in order if axis < ndim] for order in _AXIS_ORDERS]
     code = level.axes.astype(int)
     return [np.choose(code, [float(level.shape[o[k]]) for o in orders]) for k in range(ndim)]
+
+
+#: Each GRID_AXES code's axes (0 = x, the shape's first) from the fastest-varying to the slowest.
+_AXIS_ORDERS = tuple(tuple("xyz".index(c) for c in name) for name in GRID_AXES)
 
 
 def _ring_bw_factor(level: _Level, dim: _Dim) -> F:
