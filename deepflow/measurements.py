@@ -95,10 +95,11 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
     "narayanan2021_table1": {"flash": False, "tp_overlap": False, "dp_overlap": False,
                              "dropout": True, **_CLASSIC, "cross_entropy": "vocab_parallel"},
-    # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021, which overlapped nothing:
-    # every module's all_gather synchronised the device (DeepSpeed PR #1188 and issue #1069,
-    # June 2021), so dp_overlap False (the oracle's blocking per-module ZeRO-3, re-gathering
-    # for the recompute forward); the PTD-P rows are Megatron-LM 2021 as in Table 1.
+    # Table 2's ZeRO-3 rows ran DeepSpeed's ZeRO-3 of early 2021: every module's all_gather
+    # synchronised the device (DeepSpeed PR #1188 and issue #1069, June 2021) and only the next
+    # module's gather ran under a module's compute, so dp_overlap False (the oracle's
+    # module-by-module ZeRO-3, re-gathering for the recompute forward, docs/model.md §C3.2);
+    # the PTD-P rows are Megatron-LM 2021 as in Table 1.
     "narayanan2021_table2": {"flash": False, "tp_overlap": False, "dp_overlap": False,
                              "dropout": True, **_CLASSIC, "cross_entropy": "vocab_parallel"},
     # Megatron-LM 2022 (Korthikanti): unfused attention, DP = 1.
@@ -266,10 +267,10 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     flash = not unfused and (fused or year >= 2023)
     tp_overlap = bool(re.search(r"tp[-_ ]comm[-_ ]overlap|tp communication overlap|userbuffers",
                                 text)) or _async_tp(case, text)  # fmt: skip
-    blocking_zero3 = "deepspeed" in text and zero >= 3 and year <= 2021
+    deepspeed_2021_zero3 = "deepspeed" in text and zero >= 3 and year <= 2021
     no_overlap = bool(re.search(r"no (dp |data[- ]parallel )?overlap|overlap: ?(false|no)", text))
     old_megatron = "megatron" in text and year <= 2022 and "overlap-grad-reduce" not in text
-    dp_overlap = not (blocking_zero3 or no_overlap or old_megatron)
+    dp_overlap = not (deepspeed_2021_zero3 or no_overlap or old_megatron)
     no_dropout = bool(re.search(r"no dropout|dropout:? ?(0(\.0)?|false|none)\b", text))
     dropout = not no_dropout and (year <= 2022 or bool(re.search(r"dropout:? ?0\.[1-9]", text)))
     # 16-bit gradient buffers: NeMo 1.x (to 24.07) trains with Apex's distributed_fused_adam

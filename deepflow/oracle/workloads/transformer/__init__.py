@@ -85,8 +85,8 @@ def transformer_step(
         net: the network (its numbers may be arrays of n).
         x: arrays of n for every name in :data:`MODEL_COLUMNS` and :data:`MAPPING_COLUMNS`.
             ``overlap_grad_reduce`` 0 means no data-parallel communication hides under compute;
-            with ZeRO-3 it is DeepSpeed's 2021 ZeRO-3: blocking per-module gathers, again for
-            the recompute forward.
+            with ZeRO-3 it is DeepSpeed's 2021 ZeRO-3: per-module gathers, each module's compute
+            under the next one's, again for the recompute forward.
         calibration: framework constants (DeepSpeed 2021's ZeRO-3 rate); default: the files
             in use.
 
@@ -167,20 +167,23 @@ def compose(
     i = inputs(caps, x, o)
     gemms = lay.layer_gemms(i, o)
     attn = lay.attention(caps, i, o)
+    elem = lay.elementwise(i, o)
     tp = lay.tensor_comm(i, o, gemms)
     layer = lay.layer_times(
         i,
         o,
         gemms,
         attn,
-        lay.elementwise(i, o),
+        elem,
         tp,
         lay.context_comm(i, o, attn),
         lay.expert_comm(i, o),
     )
     params = dpm.stage_params(i, o)
     breakdown = pipeline_breakdown(i, o, layer, tp)
-    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(i, o, params, layer, calibration)
+    breakdown["data_parallel_comm"] = dpm.data_parallel_comm(
+        i, o, params, layer, calibration, (gemms, attn, elem)
+    )
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     mem = memory(i, o, params, calibration.memory_of(caps.family))

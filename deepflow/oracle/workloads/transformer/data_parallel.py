@@ -12,7 +12,12 @@ from typing import Any, NamedTuple
 
 from deepflow.config.calibration import Calibration
 from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE
-from deepflow.oracle.workloads.transformer.layer import LayerTimes
+from deepflow.oracle.workloads.transformer.layer import (
+    Attention,
+    Elementwise,
+    LayerGemms,
+    LayerTimes,
+)
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
 __all__ = ["StageParams", "data_parallel_comm", "embedding_sync", "optimizer", "stage_params"]
@@ -50,6 +55,7 @@ def data_parallel_comm(
     params: StageParams,
     layer: LayerTimes,
     calibration: Calibration,
+    modules: tuple[LayerGemms, Attention, Elementwise],
 ) -> Any:
     """Exposed data-parallel seconds of a step.
 
@@ -59,7 +65,8 @@ def data_parallel_comm(
     forward). ZeRO-3/FSDP: parameters gathered for forward and backward and gradients
     reduce-scattered every micro-batch, prefetched under compute; the first gather and last
     reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``calibration`` gives
-    the framework rate (read only where DeepSpeed 2021's ZeRO-3 applies).
+    the framework rate and ``modules`` the layer's kernels, both read only where DeepSpeed
+    2021's ZeRO-3 applies (it overlaps module by module).
     """
     dp, st_dp, m = i.dp, i.st_dp, i.m
     grads = params.stage * params.grad_bytes
@@ -82,42 +89,81 @@ def data_parallel_comm(
     sync = (i.zero >= 3) & o.not_(overlap) & (dp > 1)
     if o.any(sync):
         rate = calibration.framework.deepspeed_zero3_2021_rate_Bps
-        zero3 = o.where(sync, _zero3_blocking(i, o, params, rate), zero3)
+        zero3 = o.where(sync, _zero3_deepspeed_2021(i, o, params, modules, rate), zero3)
     sharded = o.where(i.zero >= 3, zero3, o.where(i.zero >= 1, dist, plain))
     return o.where(dp > 1, sharded, 0.0)
 
 
-def _zero3_blocking(i: Inputs, o: Any, params: StageParams, rate_Bps: float) -> Any:
-    """DeepSpeed's ZeRO-3 of 2021 (no overlap): each module fetches its parameters with a
-    blocking all-gather of its own (every all_gather synchronised the device: DeepSpeed PR
-    #1188, issue #1069), so no gather hides under compute; the recompute forward fetches them
-    again (parameters are released after each module's forward); gradients are
-    reduce-scattered per module, on the critical path too (§C3.1 ZeRO-3: 3Ψ, plus Ψ with full
-    recompute). Each of those collectives moved at most the framework's own rate per GPU
-    (per-parameter calls, a device sync and a Python-side copy each), measured on one NVLink
-    node (configs/calibration/frameworks.yaml): the longer of NCCL's time and that."""
-    h, a, kv, d_h, tp, dp = i.h, i.a, i.kv, i.d_h, i.tp, i.dp
-    # the recompute forward gathers again, on the recomputed share of the layers
-    gathers = o.where(i.rc == FULL_RECOMPUTE, 2.0 + recomputed_share(i, o), 2.0)
-    # QKV, projection, the two MLP matrices, and the (tied) embedding spread over layers
-    tensors_B = [
-        t / tp * i.p
-        for t in (
-            h * (a + 2 * kv) * d_h,
-            a * d_h * h,
-            (i.mats - 1) * h * i.ffn * i.local_experts,
-            h * i.ffn * i.local_experts,
-            params.embedding / i.layers_stage,
-        )
-    ]
+def _zero3_deepspeed_2021(
+    i: Inputs,
+    o: Any,
+    params: StageParams,
+    modules: tuple[LayerGemms, Attention, Elementwise],
+    rate_Bps: float,
+) -> Any:
+    """DeepSpeed's ZeRO-3 of early 2021 (v0.3.13-v0.3.16, stage3.py; docs/model.md §C3.2):
+    module by module. Before a module runs, its parameters are waited for and the device
+    synchronised (``fetch_sub_module``: every all_gather synchronised, DeepSpeed PR #1188,
+    issue #1069); then the next module's are prefetched (``prefetch_next_sub_modules``, one
+    prefetch in flight, on a stream of its own: ``overlap_comm`` defaults to true for stage 3)
+    and the module's kernels run. So a module lasts the longer of its compute and the next
+    module's gather, and a layer's forward the sum of those; the backward (modules in reverse,
+    the attention core's backward with the output projection's) is the longer of a module's
+    backward and the next module's gather plus its own gradient's reduce-scatter (on the
+    reduction stream, the same links). The recompute forward gathers again; the backward of a
+    layer's last module reuses what its recompute forward fetched (reuse distance 0 <
+    ``stage3_max_reuse_distance``). The tied embedding's gathers and reduce-scatter stay
+    exposed. Each collective moves at most the framework's per-GPU rate (per-parameter calls,
+    a device sync and a copy each; configs/calibration/frameworks.yaml): the longer of NCCL's
+    time and that. Returns the exposed seconds: the step's compute is counted elsewhere."""
+    gemms, attn, elem = modules
+    h, a, kv, d_h, dp = i.h, i.a, i.kv, i.d_h, i.dp
 
-    def blocking(kind: str, t: Any) -> Any:
+    def comm(kind: str, elements: Any) -> Any:
+        t = elements / i.tp * i.p
         return o.maximum(o.coll(kind, t, dp, i.st_dp, i.axes), t * (dp - 1) / dp / rate_Bps)
 
-    per_layer = sum(
-        gathers * blocking("all_gather", t) + blocking("reduce_scatter", t) for t in tensors_B
+    # QKV, output projection, the MLP up (GeLU fc1 or SwiGLU gate+up) and down matrices
+    sizes = (
+        h * (a + 2 * kv) * d_h,
+        a * d_h * h,
+        (i.mats - 1) * h * i.ffn * i.local_experts,
+        h * i.ffn * i.local_experts,
     )
-    return i.m * i.layers_stage * per_layer
+    ag = [comm("all_gather", n) for n in sizes]
+    rs = [comm("reduce_scatter", n) for n in sizes]
+    linear = (gemms.qkv, gemms.proj, gemms.up, gemms.down)
+    # the memory-bound kernels spread evenly over the four modules; the attention core runs
+    # between QKV and the projection (forward), the projection's and QKV's backward (backward)
+    fwd = [g.fwd + elem.fwd / 4 for g in linear]
+    fwd[0] = fwd[0] + attn.fwd
+    bwd = [g.dgrad + g.wgrad + elem.bwd / 4 for g in linear]
+    bwd[1] = bwd[1] + attn.bwd
+
+    def exposed(slots: list[tuple[Any, Any]]) -> Any:
+        return sum(o.maximum(compute, wire) - compute for compute, wire in slots)
+
+    # forward: module k under the gather of k + 1 (the next layer's QKV after the down matrix)
+    forward = exposed([(fwd[k], ag[(k + 1) % 4]) for k in range(4)])
+    # backward, modules in reverse: k under the gather of k - 1 (the layer below's down matrix
+    # after QKV) and its own gradient's reduce-scatter
+    backward = exposed([(bwd[k], ag[(k - 1) % 4] + rs[k]) for k in range(4)])
+    # with full recompute a layer's backward starts with its forward again: QKV, projection and
+    # up under the next one's gather; the down matrix stays gathered for its backward (reuse
+    # distance 0 < stage3_max_reuse_distance), so its recompute forward and backward run under
+    # the up matrix's gather, and QKV's backward under the layer below's recomputed QKV's
+    recomputed = exposed(
+        [(fwd[k], ag[k + 1]) for k in range(3)]
+        + [(fwd[3] + bwd[3], ag[2] + rs[3]), (bwd[2], ag[1] + rs[2]), (bwd[1], ag[0] + rs[1])]
+        + [(bwd[0], ag[0] + rs[0])]
+    )
+    share = o.where(i.rc == FULL_RECOMPUTE, recomputed_share(i, o), 0.0)
+    per_layer = forward + share * recomputed + (1.0 - share) * backward
+    gathers = 2.0 + share
+    embedding = gathers * comm("all_gather", params.embedding) + comm(
+        "reduce_scatter", params.embedding
+    )
+    return i.m * (i.layers_stage * per_layer + embedding)
 
 
 def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
