@@ -279,8 +279,13 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # fp32 main gradients (docs/model.md §C2.1).
     apex_adam = "nemo" in text and year <= 2024
     # 16-bit gradient reduction where the text says so (Megatron-Core's
-    # ``grad_reduce_in_fp32: false``, as Megatron-Bridge's performance recipes set it)
+    # ``grad_reduce_in_fp32: false``), and in Megatron-Bridge's performance recipes, whose
+    # benchmark defaults set it (scripts/performance configs of 25.09-26.02: the llama3/llama31/
+    # qwen3/deepseek pretrain recipes; perf_recipes/_common.py ``_benchmark_common`` since)
+    # unless the text says otherwise
     bf16_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(false|no|0)\b", text))
+    fp32_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(true|yes|1)\b", text))
+    bf16_reduce = bf16_reduce or (_bridge_performance(text) and not fp32_reduce)
     bf16_grads = apex_adam or bf16_reduce or ("deepspeed" in text and zero in (1, 2))
     # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
     # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
@@ -421,6 +426,11 @@ _TORCH_RELEASES = {(2, 4): (2024, 7), (2, 5): (2024, 10), (2, 6): (2025, 1), (2,
                    (2, 8): (2025, 8), (2, 9): (2025, 10)}  # fmt: skip
 
 
+def _bridge_performance(text: str) -> bool:
+    """A run of Megatron-Bridge's performance recipes (its performance summary's tables)."""
+    return "megatron-bridge" in text and "performance" in text
+
+
 def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     """The loss kernel (docs/model.md §C2.4): fused where stated or where it is the framework's
     default (llm-foundry's MPT: flash-attn's fused cross-entropy, ``loss_fn`` default in
@@ -429,6 +439,11 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     ``cross_entropy_loss`` upcasts the logits to fp32; FSDP, Hugging Face)."""
     if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-](loss[_-])?fusion|"
                  r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
+        return "fused"
+    if _bridge_performance(text):
+        # Megatron-Bridge's benchmark defaults: cross_entropy_fusion_impl "te" (25.09
+        # scripts/performance/configs/*_llm_pretrain.yaml; utils/overrides.py from 25.11;
+        # perf_recipes/_common.py ``_benchmark_common`` since)
         return "fused"
     if "torchtitan" in text and re.search(r"torch\.?compile|\bcompile", text) and date >= (2025, 4):
         # torchtitan compiles its loss with the model since April 2025 (pytorch/torchtitan

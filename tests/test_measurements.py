@@ -612,3 +612,19 @@ def test_nemo2_and_megatron_bridge_fp8_recipes_keep_fp8_weights() -> None:
     assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "fp8 blockwise")
     assert not fp8_params("Megatron-Bridge", "NeMo 25.09 container", "bf16")
     assert fp8_params("torchtitan", "2025-06-01", "float8 with fp8_param all-gather")
+
+
+def test_megatron_bridge_performance_recipes_reduce_in_16_bits_with_te_s_fused_loss() -> None:
+    # every Megatron-Bridge performance recipe sets grad_reduce_in_fp32 false and
+    # cross_entropy_fusion_impl "te" (scripts/performance, perf_recipes/_common.py)
+    def flags(title: str, notes: str = "") -> dict[str, Any]:
+        training = {"framework": "Megatron-Bridge (Megatron-Core, TE)"}
+        source = {"year": 2026, "title": title}
+        return framework({"group": "g", "source": source, "notes": notes, "training": training})
+
+    perf = flags("NVIDIA-NeMo/Megatron-Bridge performance summary, 26.02 NeMo container")
+    assert (perf["fp32_main_grads"], perf["cross_entropy"]) == (False, "fused")
+    stated = flags("Megatron-Bridge performance summary", "grad_reduce_in_fp32: true")
+    assert stated["fp32_main_grads"] is True
+    other = flags("a Megatron-Bridge training run")  # not its benchmark recipes
+    assert (other["fp32_main_grads"], other["cross_entropy"]) == (True, "vocab_parallel")
