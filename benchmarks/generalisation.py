@@ -41,13 +41,15 @@ def summarise(path: Path) -> dict[str, Any]:
     skipped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for skip in report["skipped"]:
         skipped[str(skip["group"])].append(skip)
+    # a serving group is scored per quantity ("group/throughput", "group/ttft"): one row each
+    names = [n for g in in_file for n in ([k for k in rows if k.split("/")[0] == g] or [g])]
     groups = {}
-    for name in in_file:
+    for name in names:
         errors = np.array([r["error"] for r in rows[name]], dtype=float)
         groups[name] = {
-            "cases": in_file[name],
+            "cases": in_file[name.split("/")[0]],
             "scored": len(rows[name]),
-            "skipped": len(skipped[name]),
+            "skipped": len(skipped[name.split("/")[0]]),
             "mean_abs_error": float(np.mean(np.abs(errors))) if errors.size else None,
             "max_abs_error": float(np.max(np.abs(errors))) if errors.size else None,
             "mean_signed_error": float(np.mean(errors)) if errors.size else None,
