@@ -155,6 +155,10 @@ def test_deepspeed_2021_zero3_overlaps_each_module_with_the_next_ones_gather() -
     expected = _deepspeed_2021_steady_step(trace, ag) - compute + exposed_emb
     modelled = evaluate_one(s)["breakdown_s"]["data_parallel_comm"]
     assert modelled == pytest.approx(expected, rel=1e-12)  # m = 1536/(4·384) = 1
+    caps = device_caps(s.system.device, "bf16")  # transformer_step applies training's clocks
+    batched = transformer_step(caps, net, transformer_columns(model, s.mapping, 1536))
+    batched_dp = float(batched["breakdown_s"]["data_parallel_comm"][0])
+    assert batched_dp == pytest.approx(modelled, rel=1e-12)  # the array path: the same
     # on 384 A100s the framework, not the wire, sets the pace of the large matrices
     assert float(collective_time_s("all_gather", sizes[2], 384, net=net)) < sizes[2] / rate
     # and the schedule hides compute under it: less exposed than gathering without overlap
