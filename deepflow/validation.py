@@ -161,7 +161,7 @@ def grouped_gemm_microbenchmarks() -> list[dict[str, Any]]:
 def score_grouped_gemm_cases(
     cases: list[dict[str, Any]] | None = None,
     *,
-    override: dict[str, dict[str, float]] | None = None,
+    override: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Model vs measured TFLOP/s of MoE grouped GEMMs (``gemm.groups`` experts of ``gemm.M``
     rows each), by the serving model's grouped GEMM at the microbenchmark's clocks, launch
@@ -174,14 +174,7 @@ def score_grouped_gemm_cases(
     for case in grouped_gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
         if override and caps.family in override:
-            bent = override[caps.family]
-            caps = dataclasses.replace(
-                caps,
-                grouped_gemm_efficiency=bent.get("grouped_gemm_efficiency",
-                                                 caps.grouped_gemm_efficiency),
-                grouped_gemm_overlap_exponent=bent.get("grouped_gemm_overlap_exponent",
-                                                       caps.grouped_gemm_overlap_exponent),
-            )  # fmt: skip
+            caps = dataclasses.replace(caps, **override[caps.family])
         shape = _gemm_shape(case)
         groups = (case.get("gemm") or {}).get("groups")
         if shape is None or not isinstance(groups, int) or groups < 1:

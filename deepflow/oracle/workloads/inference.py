@@ -116,16 +116,22 @@ def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
     (Hopper wgmma m64, Blackwell tcgen05 m128: ``warp_tile_m``) and the matrix units at the
     family's sustained rate (docs/model.md §D1); ``grouped``: an MoE layer's grouped GEMM over
     ``batch`` experts (:func:`grouped_gemm_time_s`)."""
+    flops_s, bytes_s = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps))
+    if grouped:
+        return _grouped_roofline(caps, flops_s, bytes_s) + caps.kernel_launch_s
+    return np.maximum(flops_s, bytes_s) + caps.kernel_launch_s
+
+
+def _gemm_times(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any, weights: Any,
+                p_out: float, rate: Any) -> tuple[Any, Any]:  # fmt: skip
+    """The FLOP seconds (at ``rate``, the rows padded to the MMA tile) and the HBM seconds
+    (A, the ``weights`` elements of B, default all, and ``p_out``-byte outputs) of ``batch``
+    GEMMs (docs/model.md §D1)."""
     rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
     read = batch * k * n if weights is None else weights
-    nbytes = (read + batch * m * k) * caps.bytes_per_element + batch * m * n * s.p_act
-    flops = 2 * batch * rows * n * k
+    nbytes = (read + batch * m * k) * caps.bytes_per_element + batch * m * n * p_out
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
-    if grouped:
-        return _grouped_roofline(caps, flops / _matrix_rate(caps), nbytes / bandwidth) + (
-            caps.kernel_launch_s
-        )
-    return np.maximum(flops / _matrix_rate(caps), nbytes / bandwidth) + caps.kernel_launch_s
+    return 2 * batch * rows * n * k / rate, nbytes / bandwidth
 
 
 def _grouped_roofline(caps: DeviceCaps, flops_s: Any, bytes_s: Any) -> Any:
@@ -159,13 +165,9 @@ def grouped_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any, *
         True
     """
     m, n, k, g = (np.asarray(v, dtype=float) for v in (m, n, k, groups))
-    rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
     rate = _matrix_rate(caps) / (1.0 if sustained else caps.training_sustained_fraction)
-    nbytes = g * (k * n + m * k) * caps.bytes_per_element + g * m * n * max(
-        caps.bytes_per_element, 2.0
-    )
-    bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
-    time = _grouped_roofline(caps, 2 * g * rows * n * k / rate, nbytes / bandwidth)
+    p_out = max(caps.bytes_per_element, 2.0)  # 16-bit outputs (as _Shape.p_act)
+    time = _grouped_roofline(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate))
     return time + (caps.kernel_launch_s if launch else 0.0)
 
 
