@@ -518,6 +518,23 @@ def _recompute(text: object, zero: int, framework_text: str = "") -> str:
     return "none"
 
 
+def _layer_checkpointed(case: dict[str, Any], stage_layers: int) -> int:
+    """The layers of a stage that torchtitan's layer-wise selective checkpointing recomputes
+    in full (0 where the case does not use it): ``selective_ac_option`` an integer k wraps
+    every k-th transformer block in a full checkpoint (``_apply_ac_to_transformer_block``,
+    torchtitan/models/llama3/parallelize_llama.py), k = 2 where the case does not state it
+    (the option's default, "2 = checkpoint every other layer", torchtitan/config_manager.py
+    since April 2024)."""
+    text = str((case.get("training") or {}).get("activation_recompute") or "").lower()
+    if "torchtitan" not in _framework_text(case) or not re.search(r"selective[ _-]*layer", text):
+        return 0
+    stated = re.search(
+        r"selective_ac_option\s*=\s*'?(\d+)|every (\d+)(?:st|nd|rd|th)? (?:layer|block)", text
+    )
+    k = int(stated[1] or stated[2]) if stated else 2
+    return max(stage_layers // k, 1)
+
+
 def _stated_layers(case: dict[str, Any], name: str) -> int:
     """A Megatron-Core layer count the case states for its own run (0 where none):
     ``training.<name>``, else ``<name> N`` or ``--<name with dashes> N`` in its
@@ -807,6 +824,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     batch = _modelled_batch(case, dp, mb)
     precision = _precision(case, _preset_raw("devices", device_preset))
     profile = framework_profile(case)
+    layer_sac = _layer_checkpointed(case, int(_need(case, "model.layers")) // pp)
     raw = {
         **({"framework": profile} if profile else {}),
         "system": {"device": _device(case, device_preset, precision),
@@ -825,10 +843,10 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             # plan shards the norms' sequence (SequenceParallel, parallelize_llama.apply_tp)
             "sequence_parallel": bool(train.get("sp")) or (
                 (flags["tp_overlap"] or "torchtitan" in _framework_text(case)) and tp > 1),
-            "activation_recompute": _recompute(train.get("activation_recompute"), zero,
-                                               _framework_text(case)),
+            "activation_recompute": "full" if layer_sac else _recompute(
+                train.get("activation_recompute"), zero, _framework_text(case)),
             "zero_stage": zero,
-            "recompute_num_layers": _stated_layers(case, "recompute_num_layers"),
+            "recompute_num_layers": layer_sac or _stated_layers(case, "recompute_num_layers"),
             "activation_offload_layers": _stated_layers(case, "cpu_offloading_num_layers"),
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
@@ -974,7 +992,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``);
     * how the scheduler reserves KV cache (:func:`kv_cache_reservation`);
     * how its decode attention kernel reads a grouped-query model's KV cache
-      (:func:`decode_kv_reads`).
+      (:func:`decode_kv_reads`);
+    * whether its first token comes from a decode iteration (:func:`first_token_from_decode`).
     """
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
@@ -985,6 +1004,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
         "kv_cache_reservation": kv_cache_reservation(case),
         "decode_kv_reads": decode_kv_reads(case),
+        "first_token_from_decode": first_token_from_decode(case),
     }
     if "tensorrt-llm" in text and "pytorch backend" in text:
         from deepflow.config.calibration import current_calibration
@@ -1024,6 +1044,27 @@ def kv_cache_reservation(case: dict[str, Any]) -> str:
         if version is None or (int(version[1]), int(version[2])) >= (0, 1):
             return "on_demand"
     return "full_context"
+
+
+def first_token_from_decode(case: dict[str, Any]) -> bool:
+    """Whether the case's server takes a request's first token from a decode iteration: LMDeploy
+    TurboMind before v0.1.0a2, whose ``LlamaBatch::ContextDecode`` prefills ``input_length - 1``
+    tokens ("subtract input/context len by 1 to skip last input token (will process with
+    decoder later)", src/turbomind/models/llama/LlamaBatch.cc at v0.1.0a1; TurboMind 1.0's
+    ``contextDecode`` likewise, v0.0.x) and runs the last one in the next ``Generate`` step with
+    the running decodes; v0.1.0a2 fused both into one ``Forward`` whose prefill emits the first
+    token (docs/model.md §D2)."""
+    inf = case.get("inference") or {}
+    if not re.search(r"lmdeploy|turbomind", str(inf.get("framework") or "").lower()):
+        return False
+    version = str(inf.get("framework_version") or "")
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)(?:a(\d+))?", version)
+    if found is None:
+        return False
+    release = (int(found[1]), int(found[2]), int(found[3]))
+    # a pre-release sorts before its release: 0.1.0a1 < 0.1.0a2 < 0.1.0
+    alpha = int(found[4]) if found[4] is not None else 10**9
+    return (release, alpha) < ((0, 1, 0), 2)
 
 
 def decode_kv_reads(case: dict[str, Any]) -> str:

@@ -352,6 +352,17 @@ def test_torchtitan_runs_its_local_batch_with_per_op_recompute_and_fsdp() -> Non
     assert training_case_scenario(_titan(tp=2, num_gpus=16)).mapping.sequence_parallel
 
 
+def test_torchtitan_layer_selective_checkpointing_recomputes_every_kth_block_in_full() -> None:
+    # selective_ac_option an integer k: every k-th block in a full checkpoint; k = 2 (the
+    # option's default) where the case does not say
+    m = training_case_scenario(_titan(activation_recompute="selective layer")).mapping
+    assert (m.activation_recompute, m.recompute_num_layers) == ("full", 16)
+    stated = _titan(activation_recompute="selective layer (selective_ac_option = '4')")
+    assert training_case_scenario(stated).mapping.recompute_num_layers == 8
+    # per-op stays per-op
+    assert training_case_scenario(_titan()).mapping.recompute_num_layers == 0
+
+
 def test_offloaded_and_recomputed_layers_read_from_the_case_itself() -> None:
     m = training_case_scenario(_titan(cpu_offloading_num_layers=16,
                                       activation_recompute="full")).mapping  # fmt: skip

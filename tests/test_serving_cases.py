@@ -15,6 +15,7 @@ from deepflow.errors import ConfigError
 from deepflow.measurements import (
     SERVING_QUANTITIES,
     decode_kv_reads,
+    first_token_from_decode,
     inference_case_scenario,
     kv_cache_reservation,
     serving_scheduler,
@@ -113,6 +114,34 @@ def test_tensorrt_llm_before_0_7_1_reads_the_kv_cache_once_per_query_head() -> N
     apart = evaluate_one(scenario)
     assert apart["breakdown_s"]["decode_attention"] > 7 * shared["breakdown_s"]["decode_attention"]
     assert apart["breakdown_s"]["decode_gemm"] == shared["breakdown_s"]["decode_gemm"]
+
+
+def test_turbomind_before_0_1_0a2_takes_the_first_token_from_a_decode_iteration() -> None:
+    # v0.1.0a1's ContextDecode prefills input_length - 1 tokens; Generate runs the last one
+    session = _case("lmdeploy_l2_7b_a100_tp1_c1_128_128")
+    scenario = inference_case_scenario(session)
+    assert scenario.workload.first_token_from_decode
+    for version, late in (("v0.0.14", True), ("v0.1.0a1", True), ("v0.1.0a2", False),
+                          ("v0.1.0", False), ("0.2.6", False), ("not stated", False)):  # fmt: skip
+        session["inference"]["framework_version"] = version
+        assert first_token_from_decode(session) is late, version
+    assert not first_token_from_decode(_case("trtllm_l70b_h200_tp1_128_2048"))
+    # one session: TTFT = the prefill of 127 tokens (no logits) + a decode iteration, and
+    # the request runs 128 decode iterations (its TPOT is one of them)
+    late = evaluate_one(scenario)
+    fused = evaluate_one(dataclasses.replace(scenario, workload=dataclasses.replace(
+        scenario.workload, first_token_from_decode=False)))  # fmt: skip
+    one_less = evaluate_one(dataclasses.replace(scenario, workload=dataclasses.replace(
+        scenario.workload, first_token_from_decode=False, input_tokens=127)))  # fmt: skip
+    head = one_less["breakdown_s"]["prefill_lm_head"]
+    assert late["tpot_s"] == pytest.approx(fused["tpot_s"], rel=1e-12)
+    assert late["ttft_s"] == pytest.approx(one_less["ttft_s"] - head + late["tpot_s"], rel=1e-12)
+    assert late["step_time_s"] == pytest.approx(late["ttft_s"] + 127 * late["tpot_s"], rel=1e-12)
+    # a 1-token prompt leaves the prefill nothing to run: the first token is one decode step
+    single = evaluate_one(dataclasses.replace(scenario, workload=dataclasses.replace(
+        scenario.workload, input_tokens=1)))  # fmt: skip
+    assert all(v == 0 for k, v in single["breakdown_s"].items() if k.startswith("prefill_"))
+    assert single["ttft_s"] == pytest.approx(single["tpot_s"], rel=1e-12)
 
 
 def test_stated_scheduler_limits_win_over_trtllm_benchs_heuristic() -> None:

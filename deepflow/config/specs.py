@@ -299,6 +299,12 @@ class WorkloadSpec:
         doc="serving: decode-only iterations run a CUDA graph captured for the next power of "
             "two of the batch (TensorRT-LLM's cuda_graph_config enable_padding)",
     )  # fmt: skip
+    first_token_from_decode: bool = key(
+        "first_token_from_decode", default=False,
+        doc="serving: the prefill pass skips each prompt's last token, which the next decode "
+            "iteration runs, so the first token comes from that iteration (LMDeploy TurboMind "
+            "before v0.1.0a2: ContextDecode over input_length - 1)",
+    )  # fmt: skip
     decode_kv_reads: str = key(
         "decode_kv_reads", choices=DECODE_KV_READS, default="per_kv_head",
         doc="serving: per_kv_head (a decode's attention kernel reads each KV head's cache once "

@@ -147,3 +147,47 @@ def test_a_stated_head_dim_equal_to_hidden_over_heads_changes_nothing() -> None:
     a, b = evaluate_one(s), evaluate_one(stated)
     assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-12)
     assert b["memory_per_device_B"] == pytest.approx(a["memory_per_device_B"], rel=1e-12)
+
+
+def test_per_op_recompute_reruns_what_the_backward_needs_and_torchtitan_does_not_save() -> None:
+    # torchtitan's per-op policy saves wq, wv, w1, w2 (every second mm of wq wk wv wo w1 w3
+    # w2), the attention output and reduce-scatters: the backward re-runs K (wk), the up
+    # projection w3, wo only without SP, and the unsaved collectives (docs/model.md §C2.2)
+    from types import SimpleNamespace
+
+    from deepflow.oracle.workloads.transformer.layer import (
+        GemmTimes,
+        TensorComm,
+        op_recompute,
+    )
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+
+    def gemm(fwd: float) -> GemmTimes:
+        return GemmTimes(fwd=fwd, dgrad=2 * fwd, wgrad=2 * fwd)
+
+    gemms = SimpleNamespace(qkv=gemm(24.0), proj=gemm(32.0), up=gemm(100.0), down=gemm(50.0))
+    tp = TensorComm(all_reduce=7.0, all_gather=5.0, reduce_scatter=5.0, fwd=0.0, bwd=0.0)
+
+    def rerun(sp: bool, overlap: bool = False, swiglu: bool = True) -> float:
+        x = {"swiglu": float(swiglu), "tp_comm_overlap": float(overlap)}
+        i = SimpleNamespace(a=32, kv=8, tp=8.0, sp=sp, x=x)
+        return float(op_recompute(i, ArrayOps, gemms, tp))  # type: ignore[arg-type]
+
+    wk, w3 = 24.0 * 8 / 48, 50.0
+    # SP: K and w3, the QKV and MLP inputs' two all-gathers
+    assert rerun(sp=True) == pytest.approx(wk + w3 + 2 * 5.0)
+    # no SP: wo rebuilds the residual stream, with the all-reduce after it
+    assert rerun(sp=False) == pytest.approx(wk + w3 + 32.0 + 7.0)
+    # async TP: each re-gather decomposed with its recomputed GEMM (K hides 7/8 of itself)
+    assert rerun(sp=True, overlap=True) == pytest.approx(wk + w3 + (5.0 - 7 / 8 * wk))
+    # a 2-matrix MLP: fc1 is saved and fc2's output feeds no backward
+    assert rerun(sp=True, swiglu=False) == pytest.approx(wk + 2 * 5.0)
+
+
+def test_per_op_recompute_costs_less_than_full_recompute_and_more_than_none() -> None:
+    base = {"data_parallel": 1, "tensor_parallel": 8, "zero_stage": 0, "sequence_parallel": True}
+    recompute = {
+        mode: evaluate_one(llama(**base, activation_recompute=mode))["breakdown_s"]["recompute"]
+        for mode in ("none", "selective_op", "full")
+    }
+    assert recompute["none"] == 0.0 < recompute["selective_op"] < recompute["full"]

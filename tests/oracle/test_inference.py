@@ -275,6 +275,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "cuda_graph_padding": [1, 0, 1, 0, 0],
         "max_batch_size": [0, 0, 0, 0, 1024],
         "kv_reads_per_query_head": [0, 1, 0, 1, 1],
+        "first_token_from_decode": [0, 1, 1, 0, 0],
     }
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
     keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
@@ -284,6 +285,7 @@ def test_batch_equals_loop_of_singles() -> None:
         changes = {keys[k]: int(v[i]) for k, v in columns.items() if k in keys}
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
+        changes["first_token_from_decode"] = bool(columns["first_token_from_decode"][i])
         changes["decode_kv_reads"] = ("per_query_head" if columns["kv_reads_per_query_head"][i]
                                       else "per_kv_head")  # fmt: skip
         changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]

@@ -60,8 +60,8 @@ INFERENCE_COLUMNS = (
     "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
     "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
     "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
-    "kv_reads_per_query_head", "tensor_parallel", "pipeline_parallel", "data_parallel",
-    "expert_parallel",
+    "kv_reads_per_query_head", "first_token_from_decode", "tensor_parallel", "pipeline_parallel",
+    "data_parallel", "expert_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -258,13 +258,15 @@ def _iteration(
     send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
     # the output layer for every token that emits one: decodes and each prompt's last token
     emits = decode + prompts
-    head = _slow16(caps) * _gemm(caps, s, emits, s.vocab / s.tp, s.h)
+    head = np.where(emits > 0, _slow16(caps) * _gemm(caps, s, emits, s.vocab / s.tp, s.h), 0.0)
+    # an iteration with no tokens (a prefill pass left with none) runs no kernels
+    busy = np.where(tokens > 0, 1.0, 0.0)
     return {
-        "gemm": stages * _layer_gemms(caps, s, gemm_tokens),
-        "attention": stages * _attention(caps, s, x, decode, context, prompt_tokens),
-        "elementwise": stages * elementwise,
-        "comm": stages * comm,
-        "pipeline_p2p": (s.pp - 1) * send,
+        "gemm": busy * stages * _layer_gemms(caps, s, gemm_tokens),
+        "attention": busy * stages * _attention(caps, s, x, decode, context, prompt_tokens),
+        "elementwise": busy * stages * elementwise,
+        "comm": busy * stages * comm,
+        "pipeline_p2p": busy * (s.pp - 1) * send,
         "lm_head": head,
     }
 
@@ -318,8 +320,12 @@ def inference_step(
     padded = np.where(x["cuda_graph_padding"] > 0, 2.0 ** np.ceil(np.log2(micro)), micro)
     dec = _iteration(caps, o, s, x, micro, context, 0.0, 0.0, padded)
     others = np.where(static, 0.0, np.maximum(micro - prompts, 0.0))
-    prompt_tokens = prompts * s_in
-    pre = _iteration(caps, o, s, x, others, context, prompt_tokens, prompts,
+    # a server whose prefill leaves each prompt's last token to the next decode iteration
+    # (LMDeploy TurboMind before v0.1.0a2) takes its first token from that iteration: one
+    # token less to prefill, no logits there, one decode iteration more (docs/model.md §D2)
+    late = np.where(x["first_token_from_decode"] > 0, 1.0, 0.0)
+    prompt_tokens = prompts * (s_in - late)
+    pre = _iteration(caps, o, s, x, others, context, prompt_tokens, prompts * (1.0 - late),
                      others + prompt_tokens)  # fmt: skip
     # the executor's host work on the micro-batch's requests runs behind the previous
     # iteration's GPU work (TensorRT-LLM's overlap scheduler): the GPU waits for what is left
@@ -327,9 +333,9 @@ def inference_step(
     for part in (dec, pre):
         part["host"] = np.maximum(host - sum(part.values()), 0.0)
     breakdown = {f"prefill_{k}": carrying * v for k, v in pre.items()}
-    breakdown |= {f"decode_{k}": (s_out - carrying) * v for k, v in dec.items()}
+    breakdown |= {f"decode_{k}": (s_out - carrying + late) * v for k, v in dec.items()}
     cycle = sum(breakdown.values())  # a request's slot: its prompt and s_out tokens
-    ttft = sum(pre.values())
+    ttft = sum(pre.values()) + late * sum(dec.values())
     tpot = np.where(s_out > 1, (cycle - ttft) / np.maximum(s_out - 1, 1.0), sum(dec.values()))
     # a closed loop of N requests on B slots: each waits C·(N/B − 1) (Little's law)
     wait = cycle * np.maximum(offered / batch - 1, 0.0)
@@ -430,6 +436,7 @@ class InferenceWorkload(Workload):
             "cuda_graph_padding": float(workload.cuda_graph_padding),
             "host_s_per_request": workload.host_s_per_request,
             "kv_reads_per_query_head": float(workload.decode_kv_reads == "per_query_head"),
+            "first_token_from_decode": float(workload.first_token_from_decode),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 

@@ -33,6 +33,7 @@ __all__ = [
     "expert_comm",
     "layer_gemms",
     "layer_times",
+    "op_recompute",
     "tensor_comm",
 ]
 
@@ -363,6 +364,33 @@ def expert_comm(i: Inputs, o: Any) -> ExpertComm:
     return ExpertComm(fwd=2 * a2a, bwd=2 * a2a)
 
 
+def op_recompute(i: Inputs, o: Any, gemms: LayerGemms, tp: TensorComm) -> Any:
+    """The GEMM and collective seconds a layer's backward re-runs under per-op selective
+    checkpointing as torchtitan applies it (docs/model.md §C2.2).
+
+    Its policy (``_apply_ac_to_transformer_block``, ``selective_ac_option = "op"``,
+    torchtitan/models/llama3/parallelize_llama.py at 820504e; ``_get_default_save_ops`` in
+    torchtitan/distributed/activation_checkpoint.py since) saves the attention kernel's output,
+    reduce-scatters and every second ``mm`` of the block (wq, wv, w1, w2 of wq, wk, wv, wo,
+    w1, w3, w2 in forward order) and recomputes the rest where the backward needs it: K (the
+    attention's input), the up projection w3 (its output feeds the gated product and w2's
+    input; a 2-matrix MLP's second matrix, fc2, is needed by no backward), and the output
+    projection wo only without sequence parallelism (its output then rebuilds the residual
+    stream the norm's backward reads; with SP its reduce-scatter output is saved). All-gathers
+    are not saved: with SP the two that gather the QKV and MLP inputs run again (decomposed
+    with the recomputed K and w3 GEMMs under async TP); without SP the all-reduce after wo."""
+    wk = gemms.qkv.fwd * i.kv / (i.a + 2 * i.kv)
+    w3 = o.where(i.x["swiglu"] > 0, 0.5 * gemms.up.fwd, 0.0)
+    wo = o.where(i.sp, 0.0, gemms.proj.fwd)
+    ag = tp.all_gather
+    gathers = o.where(
+        i.x["tp_comm_overlap"] > 0,
+        _decomposed(ag, wk, i.tp, o) + _decomposed(ag, w3, i.tp, o),
+        2 * ag,
+    )
+    return wk + w3 + wo + o.where(i.sp, gathers, tp.all_reduce)
+
+
 class LayerTimes(NamedTuple):
     """One layer's seconds per micro-batch: the breakdown ``parts`` (sums to fwd + bwd)."""
 
@@ -396,8 +424,9 @@ def layer_times(
         full,
         o.where((rc == SELECTIVE_RECOMPUTE) & o.not_(i.flash), attn.fwd, 0.0),
     )
-    # per-op selective: every second matmul and the elementwise ops run again (§C2.2)
-    recompute = o.where(rc == OP_RECOMPUTE, 0.5 * gemms.fwd + elem.fwd, recompute)
+    # per-op selective: the unsaved matmuls the backward needs, the elementwise ops and the
+    # unsaved collectives run again (§C2.2)
+    recompute = o.where(rc == OP_RECOMPUTE, op_recompute(i, o, gemms, tp) + elem.fwd, recompute)
     parts = {
         "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,
         "attention": attn.fwd + attn.bwd,
