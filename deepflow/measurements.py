@@ -897,6 +897,10 @@ def _least_sharding_that_fits(scenario: Any) -> Any:
 #: Weight precisions a serving case may state, as the workload's precision.
 _SERVING_PRECISIONS = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp4": "fp4",
                        "nvfp4": "fp4", "mxfp4": "fp4"}  # fmt: skip
+#: Elements per block scale of a stated weight format (``workload.weight_scale_block``; 0:
+#: the precision's default, FP4 as NVFP4): the OCP microscaling formats scale 32 elements
+#: with an E8M0 byte (ModelOpt ``MXFP4_DEFAULT_CFG``).
+_SCALE_BLOCKS = {"mxfp4": 32}
 #: What a serving case's measurement is compared with: (measured key, model output, label);
 #: the first the case states per quantity (docs/validation.md).
 SERVING_QUANTITIES = (
@@ -956,7 +960,9 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
                    "devices_per_node": per_node, "num_nodes": max(1, gpus // per_node)},
         "workload": {"kind": "inference", "model": model, "precision": precision,
                      "global_batch_size": offered, "input_tokens": lengths[0],
-                     "output_tokens": lengths[1], "kv_cache_precision": kv},
+                     "output_tokens": lengths[1], "kv_cache_precision": kv,
+                     "weight_scale_block": _SCALE_BLOCKS.get(
+                         str(inf.get("weight_precision") or "").lower(), 0)},
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
                     "expert_parallel": ep, "sequence_parallel": False},
     }  # fmt: skip

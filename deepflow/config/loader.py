@@ -96,7 +96,7 @@ SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
                  "output_tokens", "kv_cache_precision", "batching", "max_batch_size",
                  "max_num_tokens", "kv_cache_reservation", "cuda_graph_padding",
-                 "decode_kv_reads", "first_token_from_decode",
+                 "decode_kv_reads", "first_token_from_decode", "weight_scale_block",
                  "host_us_per_request",
                  "electricity_usd_per_kWh",
                  "amortization_years")  # fmt: skip

@@ -305,6 +305,11 @@ class WorkloadSpec:
             "iteration runs, so the first token comes from that iteration (LMDeploy TurboMind "
             "before v0.1.0a2: ContextDecode over input_length - 1)",
     )  # fmt: skip
+    weight_scale_block: int = key(
+        "weight_scale_block", ge=0, default=0,
+        doc="serving: quantized weight elements per 1-byte block scale (NVFP4 16, MXFP4 and "
+            "MXFP8 32; 0: FP4 weights are NVFP4, wider ones carry per-tensor scales only)",
+    )  # fmt: skip
     decode_kv_reads: str = key(
         "decode_kv_reads", choices=DECODE_KV_READS, default="per_kv_head",
         doc="serving: per_kv_head (a decode's attention kernel reads each KV head's cache once "

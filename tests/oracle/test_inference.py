@@ -20,10 +20,10 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 
 
 def serving(model: str = "llama3-8b", mapping: dict | None = None, devices: int = 1,
-            **workload: object) -> Scenario:  # fmt: skip
+            device: str = "h100-sxm5-80gb", **workload: object) -> Scenario:  # fmt: skip
     """Llama 3 8B in bf16 on one H100 (no communication): the memory-bound baseline."""
     raw = {
-        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100",
+        "system": {"device": device, "network": "dgx-h100",
                    "devices_per_node": min(devices, 8), "num_nodes": max(devices // 8, 1)},
         "workload": {"kind": "inference", "model": model, "precision": "bf16",
                      "global_batch_size": 8, "input_tokens": 1024, "output_tokens": 128,
@@ -299,12 +299,34 @@ def test_batch_equals_loop_of_singles() -> None:
         assert bool(table["feasible"][i]) == one["feasible"]
 
 
-def test_fp8_weights_halve_the_weight_bytes() -> None:
-    bf16, fp8 = evaluate_one(serving()), evaluate_one(serving(precision="fp8"))
-    assert fp8["memory_breakdown_B"]["weights"] == pytest.approx(
-        bf16["memory_breakdown_B"]["weights"] / 2
-    )
-    assert fp8["tpot_s"] < bf16["tpot_s"]
+#: Llama 3 8B: the linear layers' elements (QKV + output projection + SwiGLU MLP, 32 layers)
+#: and the 16-bit rest (embedding and output layer, two norms a layer).
+_LINEAR = 32 * (4096 * (32 + 2 * 8) * 128 + 32 * 128 * 4096 + 3 * 4096 * 14336)
+_SIXTEEN = 2 * 128256 * 4096 + 32 * 4 * 4096
+
+
+def test_quantized_weights_keep_the_embedding_output_layer_and_norms_16_bit() -> None:
+    weights = {p: evaluate_one(serving(device="b200", precision=p))["memory_breakdown_B"][
+        "weights"] for p in ("bf16", "fp8", "fp4")}  # fmt: skip
+    assert weights["bf16"] == pytest.approx(2 * (_LINEAR + _SIXTEEN), rel=1e-12)
+    assert weights["fp8"] == pytest.approx(_LINEAR + 2 * _SIXTEEN, rel=1e-12)
+    # NVFP4: half a byte an element and an E4M3 scale per 16 of them
+    assert weights["fp4"] == pytest.approx((0.5 + 1 / 16) * _LINEAR + 2 * _SIXTEEN, rel=1e-12)
+    assert evaluate_one(serving(precision="fp8"))["tpot_s"] < evaluate_one(serving())["tpot_s"]
+
+
+def test_a_stated_scale_block_sets_the_scale_bytes_of_the_weights_and_their_reads() -> None:
+    # MXFP4: an E8M0 scale per 32 elements, half NVFP4's scale bytes
+    base = {"device": "b200", "precision": "fp4", "global_batch_size": 1}
+    nv, mx = evaluate_one(serving(**base)), evaluate_one(serving(**base, weight_scale_block=32))
+    assert nv["memory_breakdown_B"]["weights"] - mx["memory_breakdown_B"]["weights"] == (
+        pytest.approx(_LINEAR / 32, rel=1e-12))  # fmt: skip
+    # one request's decode reads every weight: its GEMMs read fewer scale bytes
+    assert mx["breakdown_s"]["decode_gemm"] < nv["breakdown_s"]["decode_gemm"]
+    # a stated block on 8-bit weights adds its scales; by default they have none
+    fp8 = {"precision": "fp8"}
+    assert evaluate_one(serving(**fp8, weight_scale_block=32))["memory_breakdown_B"][
+        "weights"] > evaluate_one(serving(**fp8))["memory_breakdown_B"]["weights"]  # fmt: skip
 
 
 def test_serving_a_model_kind_without_a_serving_model_is_a_clear_error() -> None:

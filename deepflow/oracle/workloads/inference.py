@@ -60,8 +60,8 @@ INFERENCE_COLUMNS = (
     "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
     "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
     "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
-    "kv_reads_per_query_head", "first_token_from_decode", "tensor_parallel", "pipeline_parallel",
-    "data_parallel", "expert_parallel",
+    "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
+    "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -92,6 +92,7 @@ class _Shape(NamedTuple):
     dp: F
     ep: F
     p_act: float  # activations and messages stay 16-bit (§C6.4)
+    w_bytes: F  # bytes a quantized layer weight takes with its block scale (§D1)
 
 
 def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
@@ -105,31 +106,52 @@ def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
         topk=x["experts_per_token"], moe=x["num_experts"] > 1, tp=tp,
         pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"],
         p_act=max(caps.bytes_per_element, 2.0),
+        w_bytes=caps.bytes_per_element + _scale_bytes(caps, x["weight_scale_block"]),
     )  # fmt: skip
 
 
+#: The block of FP4 weights one scale covers where the workload does not say: NVFP4's 16
+#: elements, each block with an FP8 (E4M3) scale (Blackwell's FP4 tensor-core format; ModelOpt
+#: ``NVFP4_DEFAULT_CFG`` weight quantizer ``block_sizes {-1: 16, scale_bits (4, 3)}``).
+_FP4_SCALE_BLOCK = 16.0
+
+
+def _scale_bytes(caps: DeviceCaps, block: F) -> F:
+    """Bytes of block scale per weight element: one 1-byte scale (E4M3 or E8M0) per ``block``
+    elements (NVFP4 16, MXFP4/MXFP8 32: ModelOpt ``MXFP4_DEFAULT_CFG`` ``block_sizes {-1: 32,
+    scale_bits (8, 0)}``); ``block`` 0: FP4 weights as NVFP4, wider ones with per-tensor or
+    per-channel scales only (nothing per element)."""
+    fp4 = caps.bytes_per_element < 1.0
+    block = np.where(block > 0, block, np.where(fp4, _FP4_SCALE_BLOCK, 0.0))
+    return np.where(block > 0, 1.0 / np.where(block > 0, block, 1.0), 0.0)
+
+
 def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
-          weights: Any = None, *, grouped: bool = False) -> Any:  # fmt: skip
+          weights: Any = None, *, grouped: bool = False, w_bytes: Any = None) -> Any:  # fmt: skip
     """A serving GEMM (``batch`` of them, ``weights`` elements of B read; default all):
     stream-K / split-K kernels (cuBLASLt, TensorRT-LLM's) spread the MAC loop over every SM,
     so it runs at the roofline of its bytes and FLOPs, with the rows padded to the MMA tile
     (Hopper wgmma m64, Blackwell tcgen05 m128: ``warp_tile_m``) and the matrix units at the
     family's sustained rate (docs/model.md §D1); ``grouped``: an MoE layer's grouped GEMM over
-    ``batch`` experts (:func:`grouped_gemm_time_s`)."""
-    flops_s, bytes_s = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps))
+    ``batch`` experts (:func:`grouped_gemm_time_s`); ``w_bytes``: bytes per element of B
+    (default: a quantized layer weight with its block scale)."""
+    w_bytes = s.w_bytes if w_bytes is None else w_bytes
+    flops_s, bytes_s = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps),
+                                   w_bytes)  # fmt: skip
     if grouped:
         return _grouped_roofline(caps, flops_s, bytes_s) + caps.kernel_launch_s
     return np.maximum(flops_s, bytes_s) + caps.kernel_launch_s
 
 
 def _gemm_times(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any, weights: Any,
-                p_out: float, rate: Any) -> tuple[Any, Any]:  # fmt: skip
+                p_out: float, rate: Any, w_bytes: Any = None) -> tuple[Any, Any]:  # fmt: skip
     """The FLOP seconds (at ``rate``, the rows padded to the MMA tile) and the HBM seconds
-    (A, the ``weights`` elements of B, default all, and ``p_out``-byte outputs) of ``batch``
-    GEMMs (docs/model.md §D1)."""
+    (A, the ``weights`` elements of B, default all, at ``w_bytes`` each, default the
+    precision's, and ``p_out``-byte outputs) of ``batch`` GEMMs (docs/model.md §D1)."""
     rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
     read = batch * k * n if weights is None else weights
-    nbytes = (read + batch * m * k) * caps.bytes_per_element + batch * m * n * p_out
+    w_bytes = caps.bytes_per_element if w_bytes is None else w_bytes
+    nbytes = read * w_bytes + batch * m * k * caps.bytes_per_element + batch * m * n * p_out
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     return 2 * batch * rows * n * k / rate, nbytes / bandwidth
 
@@ -199,7 +221,8 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h, grouped=True) + _gemm(
         caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h, grouped=True
     )
-    router = _gemm(caps, s, tokens, s.experts, s.h)
+    # the router stays 16-bit (ModelOpt's default configs leave "*router*" unquantized)
+    router = _gemm(caps, s, tokens, s.experts, s.h, w_bytes=s.p_act)
     return qkv + proj + np.where(s.moe, router + experts, dense)
 
 
@@ -258,7 +281,11 @@ def _iteration(
     send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
     # the output layer for every token that emits one: decodes and each prompt's last token
     emits = decode + prompts
-    head = np.where(emits > 0, _slow16(caps) * _gemm(caps, s, emits, s.vocab / s.tp, s.h), 0.0)
+    # the output layer in 16 bits (ModelOpt leaves "*lm_head*" unquantized): its time at the
+    # precision's rate and bytes, scaled by the 16-bit/low-precision peak ratio
+    head = _slow16(caps) * _gemm(caps, s, emits, s.vocab / s.tp, s.h,
+                                 w_bytes=caps.bytes_per_element)  # fmt: skip
+    head = np.where(emits > 0, head, 0.0)
     # an iteration with no tokens (a prefill pass left with none) runs no kernels
     busy = np.where(tokens > 0, 1.0, 0.0)
     return {
@@ -378,9 +405,13 @@ def _memory(
     h, d_h, tp = s.h, s.d_h, s.tp
     attn = h * (s.q + 2 * s.kv) * d_h + s.q * d_h * h
     mlp = s.mats * h * s.ffn / tp
-    dense = attn + np.where(s.moe, h * s.experts + mlp * s.experts / s.ep, mlp) + 4 * h
+    linear = attn + np.where(s.moe, mlp * s.experts / s.ep, mlp)
+    # quantized linear layers with their block scales; the router, norms, embedding and
+    # output layer in 16 bits (ModelOpt's _default_disabled_quantizer_cfg: "*lm_head*",
+    # "*router*"; the embedding is a lookup table, no linear layer)
+    sixteen = np.where(s.moe, h * s.experts, 0.0) + 4 * h
     embedding = np.where(s.pp > 1, 1.0, 2.0) * s.vocab * h / tp
-    weights = (s.layers * dense + embedding) * caps.bytes_per_element
+    weights = s.layers * (linear * s.w_bytes + sixteen * s.p_act) + embedding * s.p_act
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     # KV tokens a running request holds: its whole context, reserved when it is admitted
     # (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler), or, with blocks allocated
@@ -437,6 +468,7 @@ class InferenceWorkload(Workload):
             "host_s_per_request": workload.host_s_per_request,
             "kv_reads_per_query_head": float(workload.decode_kv_reads == "per_query_head"),
             "first_token_from_decode": float(workload.first_token_from_decode),
+            "weight_scale_block": float(workload.weight_scale_block),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
