@@ -88,8 +88,8 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32",
             "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
-            "fused_swiglu": True, "fp8_recipe": "tensorwise",
-            "pipeline_balance": "layers"}  # fmt: skip
+            "fused_swiglu": True, "fused_norm": True, "fused_rotary": True,
+            "fp8_recipe": "tensorwise", "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     # Megatron-LM 2021: unfused attention, DP all-reduce after backward (exposed), GPT dropout;
     # fp32 main gradients (Megatron's mixed-precision optimizer), unfused fp32 cross-entropy.
@@ -295,6 +295,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # init_optimizer_and_grad_accumulator), and build_model balances the pipeline stages by
     # compute cost (src/nanotron/models/base.py); docs/model.md §C2.1, §C2.3
     nanotron = "nanotron" in text
+    eager = _eager_torchtitan(case, text)
     optimizer = f"{text} {(case.get('training') or {}).get('optimizer') or ''}".lower()
     fp32_accumulator = nanotron and not re.search(r"accumulate_grad_in_fp32\W{0,3}(false|0)\b",
                                                   optimizer)  # fmt: skip
@@ -317,9 +318,23 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
             "pipeline_balance": "compute" if nanotron else "layers",
             # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
-            # (src/nanotron/models/llama.py)
-            "fused_swiglu": not nanotron,
+            # (src/nanotron/models/llama.py); torchtitan without torch.compile runs its block in
+            # eager PyTorch too (:func:`_eager_torchtitan`)
+            "fused_swiglu": not nanotron and not eager,
+            "fused_norm": not (eager and software_date(case) >= (2024, 5)),
+            "fused_rotary": not eager,
             **_compiled_stack_flags(case)}  # fmt: skip
+
+
+def _eager_torchtitan(case: dict[str, Any], text: str) -> bool:
+    """Whether a torchtitan case ran its blocks in eager PyTorch: the case states
+    ``torch_compile: false`` (torchtitan's ``compile`` option, off by default in its train
+    configs). Eager, its SwiGLU is ``silu`` and ``mul``, its rotary an fp32 complex multiply
+    (``apply_rotary_emb``) and, from May 2024 (pytorch/torchtitan PR #297 switched the train
+    configs' ``norm_type`` from the Triton ``fused_rmsnorm`` to ``rmsnorm``), its RMSNorm the
+    composite of torchtitan/models/norms.py; compiled, Inductor fuses each (docs/model.md
+    §C6.3)."""
+    return "torchtitan" in text and (case.get("training") or {}).get("torch_compile") is False
 
 
 #: The reader's flags that a compiled (JAX/XLA) stack's profile sets instead of the text
@@ -860,6 +875,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "gradient_buffers": flags["gradient_buffers"],
             "pipeline_balance": flags["pipeline_balance"],
             "fused_swiglu": flags["fused_swiglu"],
+            "fused_norm": flags["fused_norm"],
+            "fused_rotary": flags["fused_rotary"],
             "cross_entropy": flags["cross_entropy"],
             "fp8_weight_cache": flags["fp8_weight_cache"],
             "overlap_p2p_comm": flags["p2p_overlap"],

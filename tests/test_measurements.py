@@ -403,6 +403,29 @@ def test_loss_kernel_from_framework_and_software_date(
     assert framework(case)["cross_entropy"] == expected
 
 
+@pytest.mark.parametrize(
+    ("framework_text", "compile_", "url", "expected"),
+    [
+        # eager torchtitan: SiLU and mul, fp32 complex rotary, composite RMSNorm from May 2024
+        ("torchtitan", False, "bench_2024-12.md", (False, False, False)),
+        # before pytorch/torchtitan PR #297 the train configs used the Triton fused RMSNorm
+        ("torchtitan", False, "bench_2024-04.md", (True, False, False)),
+        ("torchtitan", True, "bench_2024-12.md", (True, True, True)),  # Inductor fuses them
+        ("torchtitan", None, "bench_2024-12.md", (True, True, True)),  # unstated: as compiled
+        ("nanotron", None, "bench_2024-12.md", (True, True, False)),  # GLUActivation only
+    ],
+)
+def test_eager_torchtitan_runs_its_norms_rotary_and_swiglu_unfused(
+    framework_text: str, compile_: bool | None, url: str, expected: tuple[bool, ...]
+) -> None:
+    case = _titan(framework=framework_text, torch_compile=compile_)
+    case["source"]["url"] = f"https://example.org/{url}"
+    flags = framework(case)
+    assert (flags["fused_norm"], flags["fused_rotary"], flags["fused_swiglu"]) == expected
+    m = training_case_scenario(case).mapping
+    assert (m.fused_norm, m.fused_rotary, m.fused_swiglu) == expected
+
+
 def test_software_date_from_versions_and_source() -> None:
     assert software_date(_titan(framework_version="torch 2.9.0.dev20250815+cu128")) == (2025, 8)
     assert software_date(_titan(framework_version="torch 2.7.0a0+gitb98af95")) == (2025, 3)

@@ -481,8 +481,25 @@ class MappingSpec:
         workloads=_LLM,
         framework=True,
         default=True,
-        doc="SwiGLU saves its fc1 output and fc2 input (fused kernel), or the SiLU output too",
-    )
+        doc="SwiGLU one fused kernel saving its fc1 output, or eager SiLU and mul (the SiLU "
+            "output kept too, more bytes moved)",
+    )  # fmt: skip
+    fused_norm: bool = knob(
+        "fused_norm",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="each norm one fused kernel, or PyTorch eager's composite RMSNorm (fp32 upcast, "
+            "pow, mean, rsqrt, mul, cast, mul: docs/model.md §C6.3)",
+    )  # fmt: skip
+    fused_rotary: bool = knob(
+        "fused_rotary",
+        workloads=_LLM,
+        framework=True,
+        default=True,
+        doc="rotary embedding one fused kernel, or PyTorch eager's fp32 complex multiply "
+            "(cast, complex mul, cast)",
+    )  # fmt: skip
     fp8_params: bool = knob(
         "fp8_params",
         workloads=_LLM,

@@ -117,6 +117,8 @@ SPACE = {
         "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
         "gradient_buffers": {"type": "categorical", "choices": ["main", "fp32_accumulator"]},
         "fused_swiglu": {"type": "categorical", "choices": [False, True]},
+        "fused_norm": {"type": "categorical", "choices": [False, True]},
+        "fused_rotary": {"type": "categorical", "choices": [False, True]},
         "pipeline_balance": {"type": "categorical", "choices": ["layers", "compute"]},
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},

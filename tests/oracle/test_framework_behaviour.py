@@ -191,3 +191,41 @@ def test_per_op_recompute_costs_less_than_full_recompute_and_more_than_none() ->
         for mode in ("none", "selective_op", "full")
     }
     assert recompute["none"] == 0.0 < recompute["selective_op"] < recompute["full"]
+
+
+def test_eager_elementwise_ops_move_the_bytes_autograd_moves_op_by_op() -> None:
+    # docs/model.md §C6.3: torchtitan's eager RMSNorm 4p + 28 bytes an element forward and
+    # 8p + 76 backward (fused 2p and 3p), its fp32 complex rotary 2p + 16 each way (fused 2p),
+    # eager SiLU and mul 5p and 9p per gated element (fused 3p and 5p)
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from deepflow.oracle.workloads.transformer.layer import _eager_bytes
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+
+    def extra(norm: bool = True, rotary: bool = True, glu: bool = True, swiglu: bool = True):
+        flags = {"fused_norm": norm, "fused_rotary": rotary, "fused_swiglu": glu, "swiglu": swiglu}
+        x = {k: np.asarray(float(v)) for k, v in flags.items()}
+        i = SimpleNamespace(p=2.0, x=x)
+        fwd, bwd, _, _ = _eager_bytes(i, ArrayOps, 10.0, 100.0, 1000.0)  # type: ignore[arg-type]
+        return float(fwd), float(bwd)
+
+    assert extra() == (0.0, 0.0)
+    assert extra(norm=False) == (2 * 10.0 * (36 - 4), 2 * 10.0 * (92 - 6))
+    assert extra(rotary=False) == (100.0 * (20 - 4), 100.0 * (20 - 4))
+    assert extra(glu=False) == (1000.0 * (10 - 6), 1000.0 * (18 - 10))
+    # a GeLU model has neither a rotary embedding nor a GLU to run eager
+    assert extra(rotary=False, glu=False, swiglu=False) == (0.0, 0.0)
+
+
+def test_eager_elementwise_ops_slow_only_the_elementwise_kernels_and_their_recompute() -> None:
+    base = {"data_parallel": 1, "tensor_parallel": 1, "zero_stage": 0,
+            "activation_recompute": "selective_op"}  # fmt: skip
+    fused = evaluate_one(llama(**base))
+    eager = evaluate_one(llama(**base, fused_norm=False, fused_rotary=False, fused_swiglu=False))
+    f, e = fused["breakdown_s"], eager["breakdown_s"]
+    assert e["elementwise"] > 2 * f["elementwise"]
+    assert e["recompute"] > f["recompute"]  # per-op SAC re-runs the eager forward ops
+    assert e["gemm"] == f["gemm"] and e["attention"] == f["attention"]
+    assert eager["step_time_s"] > fused["step_time_s"]

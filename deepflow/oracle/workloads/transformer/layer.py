@@ -192,11 +192,16 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     swi = swiglu > 0
     act_fwd = o.where(swi, 3.0, 2.0) * T * i.ffn / tp * i.topk * p
     act_bwd = o.where(swi, 5.0, 3.0) * T * i.ffn / tp * i.topk * p
-    rope = o.where(swi, 2 * T * (i.a + i.kv) * i.d_h / tp * p, 0.0)
+    rotated = T * (i.a + i.kv) * i.d_h / tp  # Q and K elements
+    rope = o.where(swi, 2 * rotated * p, 0.0)
     fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
     bwd_bytes = 2 * (3 + 2 + 3) * unit + 2 * mask + act_bwd + rope
     launches = 5 + swiglu
     bwd_launches = launches + 2
+    # PyTorch eager kernels where the framework runs the ops unfused (§C6.3, _eager_bytes)
+    eager = _eager_bytes(i, o, T_e * h, rotated, T * i.ffn / tp * i.topk)
+    fwd_bytes, bwd_bytes = fwd_bytes + eager[0], bwd_bytes + eager[1]
+    launches, bwd_launches = launches + eager[2], bwd_launches + eager[3]
     if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
         cast_f, cast_b = _fp8_casts(i, o)
         # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
@@ -209,6 +214,33 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
         fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
         bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, bwd_launches),
     )
+
+
+def _eager_bytes(i: Inputs, o: Any, normed: Any, rotated: Any, gated: Any) -> tuple[Any, ...]:
+    """Extra bytes (forward, backward) and kernels (forward, backward) of a layer's elementwise
+    ops run by PyTorch eager instead of one fused kernel each (docs/model.md §C6.3), op by op
+    as autograd runs them, with 16-bit (``p``-byte) activations and fp32 (4-byte) temporaries:
+
+    * RMSNorm (``fused_norm`` 0; torchtitan's ``RMSNorm``: ``x.float()``, ``pow(2)``,
+      ``mean(-1)``, ``rsqrt``, ``mul``, ``type_as``, ``* weight``, torchtitan/models/norms.py):
+      forward 4p + 28 bytes an element (fused: read and write, 2p), backward 8p + 76 (the
+      weight's ``mul`` and its gradient's product and sum, the casts back and forth, the
+      ``mul``'s two gradients, ``mean``'s expand, ``pow``'s ``2·x·g``, the sum of the two input
+      gradients; fused: read x and dy, write dx, 3p), on both norms' ``normed`` elements;
+    * rotary (``fused_rotary`` 0; torchtitan's ``apply_rotary_emb``: ``float()``,
+      ``view_as_complex`` multiply by ``freqs_cis``, ``type_as``): 2p + 16 bytes each way an
+      element of Q and K (fused: 2p);
+    * SwiGLU (``fused_swiglu`` 0; ``silu(w1(x)) * w3(x)``, nanotron's GLUActivation): ``silu``
+      and ``mul`` forward 5p per gated element (fused: 3p), backward the ``mul``'s two products
+      and ``silu``'s gradient 9p (fused: 5p).
+    """
+    p = i.p
+    norm = o.where(i.x["fused_norm"] > 0, 0.0, 1.0)
+    rope = o.where((i.x["fused_rotary"] > 0) | (i.x["swiglu"] <= 0), 0.0, 1.0)
+    glu = o.where((i.x["fused_swiglu"] > 0) | (i.x["swiglu"] <= 0), 0.0, 1.0)
+    fwd = norm * 2 * normed * (2 * p + 28) + rope * rotated * 16 + glu * gated * 2 * p
+    bwd = norm * 2 * normed * (5 * p + 76) + rope * rotated * 16 + glu * gated * 4 * p
+    return fwd, bwd, norm * 2 * 5 + rope * 4 + glu, norm * 2 * 10 + rope * 4 + glu * 2
 
 
 #: An FP8 cast with its transpose (Transformer Engine's ``cast_transpose``): read 2 bytes,
