@@ -296,13 +296,14 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # compute cost (src/nanotron/models/base.py); docs/model.md §C2.1, §C2.3
     nanotron = "nanotron" in text
     eager = _eager_torchtitan(case, text)
+    date = software_date(case)
     optimizer = f"{text} {(case.get('training') or {}).get('optimizer') or ''}".lower()
     fp32_accumulator = nanotron and not re.search(r"accumulate_grad_in_fp32\W{0,3}(false|0)\b",
                                                   optimizer)  # fmt: skip
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
-            "attention_kernel": _attention_kernel(text, software_date(case), flash),
+            "attention_kernel": _attention_kernel(text, date, flash),
             "fp8_params": _fp8_params(case, text),
             "fp8_recipe": _fp8_recipe(case),
             # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
@@ -314,14 +315,14 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # Megatron's asynchronous backward TP collectives; DTensor (torchtitan) waits
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,
-            "cross_entropy": _cross_entropy(text, software_date(case)),
+            "cross_entropy": _cross_entropy(text, date),
             "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
             "pipeline_balance": "compute" if nanotron else "layers",
             # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
             # (src/nanotron/models/llama.py); torchtitan without torch.compile runs its block in
             # eager PyTorch too (:func:`_eager_torchtitan`)
             "fused_swiglu": not nanotron and not eager,
-            "fused_norm": not (eager and software_date(case) >= (2024, 5)),
+            "fused_norm": not (eager and date >= (2024, 5)),
             "fused_rotary": not eager,
             **_compiled_stack_flags(case)}  # fmt: skip
 
@@ -939,7 +940,8 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
     inf = case.get("inference")
     if not isinstance(inf, dict):
         raise ConfigError(f"{_where(case)}: inference is missing.")
-    precision = _SERVING_PRECISIONS.get(str(inf.get("weight_precision") or "").lower())
+    stated = str(inf.get("weight_precision") or "").lower()
+    precision = _SERVING_PRECISIONS.get(stated)
     if precision is None:
         raise ConfigError(f"{_where(case)}: inference.weight_precision "
                           f"{inf.get('weight_precision')!r} is not one deepflow serves "
@@ -978,8 +980,7 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         "workload": {"kind": "inference", "model": model, "precision": precision,
                      "global_batch_size": offered, "input_tokens": lengths[0],
                      "output_tokens": lengths[1], "kv_cache_precision": kv,
-                     "weight_scale_block": _SCALE_BLOCKS.get(
-                         str(inf.get("weight_precision") or "").lower(), 0)},
+                     "weight_scale_block": _SCALE_BLOCKS.get(stated, 0)},
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
                     "expert_parallel": ep, "sequence_parallel": False},
     }  # fmt: skip

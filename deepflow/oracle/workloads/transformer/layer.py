@@ -199,9 +199,11 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     launches = 5 + swiglu
     bwd_launches = launches + 2
     # PyTorch eager kernels where the framework runs the ops unfused (§C6.3, _eager_bytes)
-    eager = _eager_bytes(i, o, T_e * h, rotated, T * i.ffn / tp * i.topk)
-    fwd_bytes, bwd_bytes = fwd_bytes + eager[0], bwd_bytes + eager[1]
-    launches, bwd_launches = launches + eager[2], bwd_launches + eager[3]
+    eager_f, eager_b, eager_l, eager_bl = _eager_bytes(
+        i, o, T_e * h, rotated, T * i.ffn / tp * i.topk
+    )
+    fwd_bytes, bwd_bytes = fwd_bytes + eager_f, bwd_bytes + eager_b
+    launches, bwd_launches = launches + eager_l, bwd_launches + eager_bl
     if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
         cast_f, cast_b = _fp8_casts(i, o)
         # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
