@@ -190,8 +190,9 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     unit = T_e * h * p
     mask = i.x["dropout"] * T_e * h
     swi = swiglu > 0
-    act_fwd = o.where(swi, 3.0, 2.0) * T * i.ffn / tp * i.topk * p
-    act_bwd = o.where(swi, 5.0, 3.0) * T * i.ffn / tp * i.topk * p
+    gated = T * i.ffn / tp * i.topk  # MLP activation elements (per expert pick)
+    act_fwd = o.where(swi, 3.0, 2.0) * gated * p
+    act_bwd = o.where(swi, 5.0, 3.0) * gated * p
     rotated = T * (i.a + i.kv) * i.d_h / tp  # Q and K elements
     rope = o.where(swi, 2 * rotated * p, 0.0)
     fwd_bytes = 2 * (2 + 3) * unit + 2 * mask + act_fwd + rope
@@ -199,9 +200,7 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     launches = 5 + swiglu
     bwd_launches = launches + 2
     # PyTorch eager kernels where the framework runs the ops unfused (§C6.3, _eager_bytes)
-    eager_f, eager_b, eager_l, eager_bl = _eager_bytes(
-        i, o, T_e * h, rotated, T * i.ffn / tp * i.topk
-    )
+    eager_f, eager_b, eager_l, eager_bl = _eager_bytes(i, o, T_e * h, rotated, gated)
     fwd_bytes, bwd_bytes = fwd_bytes + eager_f, bwd_bytes + eager_b
     launches, bwd_launches = launches + eager_l, bwd_launches + eager_bl
     if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
