@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from deepflow.config import load_device
+from deepflow.config.calibration import current_calibration
+from deepflow.config.specs import FP8_RECIPES
 from deepflow.data import load_measurements
 from deepflow.errors import ConfigError
 from deepflow.measurements import (
@@ -29,17 +31,21 @@ from deepflow.measurements import (
     training_case_scenario,
 )
 from deepflow.oracle.hardware import DeviceCaps, device_caps
-from deepflow.oracle.kernels import gemm
+from deepflow.oracle.kernels import gemm, memory_op_time_s
 
 __all__ = [
     "MAMF_DEVICES",
     "MAMF_SWEEP",
     "TRAINING_GROUPS",
+    "float8_linear_case_caps",
+    "float8_linear_microbenchmarks",
+    "float8_linear_speedup",
     "gemm_case_caps",
     "gemm_microbenchmarks",
     "grouped_gemm_microbenchmarks",
     "measured_step_time_s",
     "score_collective_cases",
+    "score_float8_linear_case",
     "score_gemm_cases",
     "score_grouped_gemm_cases",
     "score_inference_case",
@@ -188,6 +194,89 @@ def score_grouped_gemm_cases(
                      "measured_tflops": measured, "model_tflops": model,
                      "error": model / measured - 1.0})  # fmt: skip
     return rows
+
+
+def float8_linear_microbenchmarks() -> list[dict[str, Any]]:
+    """The shipped float8 linear-layer microbenchmarks (``category:
+    float8_linear_microbenchmark``)."""
+    return [c for c in load_measurements() if case_category(c) == "float8_linear_microbenchmark"]
+
+
+def float8_linear_case_caps(case: dict[str, Any]) -> tuple[DeviceCaps, DeviceCaps]:
+    """(16-bit, FP8) capabilities of a float8 linear case's device: its preset with the case's
+    memory bandwidth and power limit."""
+    hardware = case.get("hardware") or {}
+    bandwidth, limit = hardware.get("memory_bandwidth_TBps"), hardware.get("power_limit_W")
+    device = load_device({
+        "base": accelerator_presets(case)[0],
+        **({"hbm_bandwidth_GBps": 1e3 * bandwidth} if isinstance(bandwidth, int | float) else {}),
+        **({"power_limit_W": limit} if isinstance(limit, int | float) else {}),
+    })  # fmt: skip
+    return device_caps(device, "bf16"), device_caps(device, "fp8")
+
+
+def float8_linear_speedup(
+    caps16: DeviceCaps, caps8: DeviceCaps, m: Any, k: Any, n: Any, *, recipe: str,
+    rowwise_cast_efficiency: float,
+) -> Any:  # fmt: skip
+    """Modelled bf16 time / FP8 time of torchao's microbenchmark module, LayerNorm(k) ->
+    Linear(k, n) -> Sigmoid, forward and backward on an m x k input (benchmarks/float8/
+    float8_roofline.py): the three GEMMs (forward, input and weight gradients) at either
+    precision; the norm (forward read and write, backward read x and dy, write dx) and the
+    sigmoid (likewise) in 16 bits; FP8 adds its operands' casts and rescales as the
+    transformer layer counts them (:func:`fp8_operand_bytes`, docs/model.md §C6.4)."""
+    from deepflow.oracle.workloads.transformer.layer import (
+        FP8_LINEAR_LAUNCHES,
+        fp8_operand_bytes,
+    )
+
+    m, k, n = (np.asarray(v, dtype=float) for v in (m, k, n))
+
+    def gemms(caps: DeviceCaps) -> Any:
+        return sum(gemm(caps, *shape, detail=False)["time_s"]
+                   for shape in ((m, n, k), (m, k, n), (k, n, m)))  # fmt: skip
+
+    p = caps16.bytes_per_element
+    norm_sigmoid = sum(
+        memory_op_time_s(caps16, nbytes)
+        for nbytes in (2 * p * m * k, 2 * p * m * n, 3 * p * m * n, 3 * p * m * k)
+    )
+    cast_B, rescale_B = fp8_operand_bytes(recipe == "rowwise", rowwise_cast_efficiency, np)
+    launches_f, launches_b = FP8_LINEAR_LAUNCHES[recipe]
+    casts = memory_op_time_s(caps16, cast_B * (m * k + k * n), launches=launches_f) + (
+        memory_op_time_s(caps16, cast_B * m * n + rescale_B * (m * k + k * n),
+                         launches=launches_b)
+    )  # fmt: skip
+    return (gemms(caps16) + norm_sigmoid) / (gemms(caps8) + norm_sigmoid + casts)
+
+
+def score_float8_linear_case(
+    case: dict[str, Any], *, rowwise_cast_efficiency: float | None = None
+) -> list[dict[str, Any]]:
+    """Model vs measured speedup over bf16 of a float8 linear case, one row per N (``float8_
+    linear.N`` a list); ``rowwise_cast_efficiency`` replaces the calibration's (the fit,
+    ``benchmarks/fit_float8.py``)."""
+    spec = case.get("float8_linear") or {}
+    recipe = spec.get("recipe")
+    if recipe not in FP8_RECIPES:
+        raise ConfigError(f"case {case.get('id')!r}: float8_linear.recipe must be one of "
+                          f"{', '.join(FP8_RECIPES)}; got {recipe!r}.")  # fmt: skip
+    ns = spec.get("N")
+    measured = (case.get("measured") or {}).get("speedup_vs_bf16")
+    dims = [spec.get("M"), spec.get("K")]
+    if not (isinstance(ns, list) and isinstance(measured, list) and len(ns) == len(measured)
+            and all(isinstance(d, int) and d > 0 for d in [*dims, *ns])):  # fmt: skip
+        raise ConfigError(f"case {case.get('id')!r}: float8_linear.M and K must be positive "
+                          "integers and float8_linear.N a list of them, one per "
+                          "measured.speedup_vs_bf16.")  # fmt: skip
+    if rowwise_cast_efficiency is None:
+        rowwise_cast_efficiency = current_calibration().float8.rowwise_cast_efficiency
+    caps16, caps8 = float8_linear_case_caps(case)
+    model = float8_linear_speedup(caps16, caps8, dims[0], dims[1], np.array(ns), recipe=recipe,
+                                  rowwise_cast_efficiency=rowwise_cast_efficiency)  # fmt: skip
+    return [{"id": f"{case['id']}_n{n}", "group": case["group"], "quantity": "speedup",
+             "measured": float(s), "model": float(v), "error": float(v) / float(s) - 1.0}
+            for n, s, v in zip(ns, measured, model, strict=True)]  # fmt: skip
 
 
 # ------------------------------------------------------------------------ end-to-end training
@@ -375,6 +464,8 @@ def _score_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows one case scores: one per quantity of a serving case, else one."""
     if case_category(case) == "inference":
         return score_inference_case(case)
+    if case_category(case) == "float8_linear_microbenchmark":
+        return score_float8_linear_case(case)
     return [{"id": case.get("id"), "group": case["group"], **_score_one(case)}]
 
 

@@ -226,7 +226,7 @@ def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
     assert result.stderr.startswith(
         f"error: {path}: no case could be scored (case 'c0': category None is not one "
         "deepflow scores (known: gemm_microbenchmark, grouped_gemm_microbenchmark, "
-        "collective_microbenchmark, "
+        "collective_microbenchmark, float8_linear_microbenchmark, "
         "end_to_end_training, peak_memory, inference))."
     )
 
@@ -275,6 +275,53 @@ def test_grouped_gemm_cases_are_scored_by_the_serving_grouped_gemm() -> None:
         r"gemm\.groups, gemm\.M, gemm\.N and gemm\.K must be positive integers\.",
     ):
         score_grouped_gemm_cases([case])
+
+
+def test_float8_linear_cases_are_scored_per_n_by_the_layers_cast_bytes() -> None:
+    """torchao's rowwise LayerNorm -> Linear -> Sigmoid table: 36 rows of 6 shapes, scored at
+    the fitted cast efficiency within 11 % on average (benchmarks/fit_float8.py); float8 is
+    modelled slower than bf16 where the table says so (small N) and faster at large shapes;
+    a case whose shape lists do not match is refused with the keys it needs."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import (
+        float8_linear_case_caps,
+        float8_linear_microbenchmarks,
+        float8_linear_speedup,
+        score_float8_linear_case,
+    )
+
+    cases = float8_linear_microbenchmarks()
+    rows = [r for c in cases for r in score_float8_linear_case(c)]
+    assert (len(cases), len(rows)) == (36, 216)
+    assert sum(abs(r["error"]) for r in rows) / len(rows) < 0.11
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["torchao_float8_rowwise_h100_m1024_k1024_n1024"]["model"] < 1.0
+    assert by_id["torchao_float8_rowwise_h100_m16384_k8192_n32768"]["model"] > 1.3
+    # a row is the shared model at the case's device and the calibration's efficiency
+    case = cases[-1]
+    caps16, caps8 = float8_linear_case_caps(case)
+    assert caps16.hbm_bandwidth_Bps == 2.4e12 and caps8.peak_flops > caps16.peak_flops
+    efficiency = current_calibration().float8.rowwise_cast_efficiency
+    model = float8_linear_speedup(caps16, caps8, 32768, 32768, 1024, recipe="rowwise",
+                                  rowwise_cast_efficiency=efficiency)  # fmt: skip
+    assert by_id["torchao_float8_rowwise_h100_m32768_k32768_n1024"]["model"] == float(model)
+    # slower casts, smaller speedups; tensor-wise casts do not read the rowwise efficiency
+    slower = score_float8_linear_case(case, rowwise_cast_efficiency=efficiency / 2)
+    assert all(s["model"] < r["model"] for s, r in zip(slower, rows[-6:], strict=True))
+    tensorwise = [float8_linear_speedup(caps16, caps8, 8192, 8192, 8192, recipe="tensorwise",
+                                        rowwise_cast_efficiency=e) for e in (0.2, 1.0)]  # fmt: skip
+    assert tensorwise[0] == tensorwise[1]
+    bad = copy.deepcopy(case)
+    bad["measured"]["speedup_vs_bf16"].pop()
+    with pytest.raises(ConfigError, match=r"case 'torchao_float8_rowwise_h100_m32768_k32768': "
+                       r"float8_linear\.M and K must be positive integers and float8_linear\.N "
+                       r"a list of them, one per measured\.speedup_vs_bf16\."):  # fmt: skip
+        score_float8_linear_case(bad)
+    bad = copy.deepcopy(case)
+    bad["float8_linear"]["recipe"] = "blockwise"
+    with pytest.raises(ConfigError, match=r"float8_linear\.recipe must be one of tensorwise, "
+                       r"rowwise; got 'blockwise'\."):  # fmt: skip
+        score_float8_linear_case(bad)
 
 
 def test_a_batch_that_does_not_divide_is_modelled_at_the_nearest_multiple_and_rescaled() -> None:

@@ -26,6 +26,7 @@ T = TypeVar("T")
 __all__ = [
     "CALIBRATION_FILES",
     "Calibration",
+    "Float8Calibration",
     "FrameworkCalibration",
     "InNetworkCalibration",
     "KernelCalibration",
@@ -106,6 +107,11 @@ class Calibration:
     def network(self) -> NetworkCalibration:
         """The link classes and which class each network uses."""
         return _network_calibration(self.network_path)
+
+    @property
+    def float8(self) -> Float8Calibration:
+        """torchao's float8 training kernels beside the GEMMs."""
+        return _float8_calibration(self.frameworks_path)
 
     @property
     def serving(self) -> ServingCalibration:
@@ -306,6 +312,23 @@ def _serving_calibration(path: Path) -> ServingCalibration:
     return _entry(path, "tensorrt_llm_pytorch", ServingCalibration)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Float8Calibration:
+    """torchao's float8 training recipes beside their GEMMs (``configs/calibration/
+    frameworks.yaml``, ``torchao_float8_rowwise``; docs/model.md §C6.4)."""
+
+    rowwise_cast_efficiency: float = key(
+        "cast_efficiency", gt=0, le=1,
+        doc="the rowwise recipe's casts and rescales: their bytes at the streaming bandwidth / "
+            "their measured time",
+    )  # fmt: skip
+
+
+@cache
+def _float8_calibration(path: Path) -> Float8Calibration:
+    return _entry(path, "torchao_float8_rowwise", Float8Calibration)
+
+
 # ------------------------------------------------------------------- network link classes
 @dataclass(frozen=True, kw_only=True)
 class ProtocolCalibration:
@@ -402,6 +425,8 @@ def clear_calibration_caches() -> None:
         _kernel_calibration,
         _framework_calibration,
         _memory_calibration,
+        _serving_calibration,
+        _float8_calibration,
         _network_calibration,
         _current_calibration,
         calibration_from,

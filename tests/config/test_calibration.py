@@ -97,6 +97,18 @@ def test_a_frameworks_file_without_the_serving_entry_names_it(tmp_path: Path) ->
         _ = calibration.serving
 
 
+def test_the_rowwise_float8_cast_efficiency_is_range_checked(tmp_path: Path) -> None:
+    data = yaml.safe_load(calibration_path("frameworks").read_text())
+    assert 0 < current_calibration().float8.rowwise_cast_efficiency < 1
+    data["torchao_float8_rowwise"]["cast_efficiency"] = 1.5
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text(yaml.safe_dump(data))
+    bad = calibration_from((frameworks, calibration_path("kernels"), calibration_path("network")))
+    with pytest.raises(ConfigError, match=r"frameworks.yaml: torchao_float8_rowwise\."
+                       r"cast_efficiency must be a number > 0 and <= 1; got 1\.5\."):  # fmt: skip
+        _ = bad.float8
+
+
 def test_memory_reserves_are_per_device_family(tmp_path: Path) -> None:
     # PyTorch on CUDA holds a context, NCCL buffers, workspaces and cached blocks; XLA on TPU
     # none of them (configs/calibration/frameworks.yaml, memory_by_family)

@@ -7,8 +7,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deepflow.config import load_scenario
+from deepflow.config.calibration import calibration_from, calibration_path
 from deepflow.config.specs import Scenario
 from deepflow.oracle.evaluate import evaluate_one
 
@@ -114,6 +116,45 @@ def test_rowwise_fp8_is_slower_than_tensorwise_at_equal_shapes() -> None:
     assert bf16[0] == bf16[1]
 
 
+def test_async_tp_fuses_no_all_gather_into_a_rowwise_float8_gemm() -> None:
+    """PyTorch's async-TP pass fuses an all-gather only with matmuls that take the gathered
+    tensor itself; the rowwise recipe gathers 16 bits and casts first, so only its
+    reduce-scatters decompose (torch/_inductor/fx_passes/micro_pipeline_tp.py)."""
+
+    def tp_comm(precision: str, recipe: str, overlap: bool) -> float:
+        mapping = {"data_parallel": 1, "tensor_parallel": 8, "zero_stage": 0,
+                   "micro_batch_size": 1, "sequence_parallel": True, "fp8_recipe": recipe,
+                   "tp_comm_overlap": overlap}  # fmt: skip
+        breakdown = evaluate_one(llama(precision, **mapping))["breakdown_s"]
+        return float(breakdown["tensor_parallel_comm"])
+
+    tensorwise = {o: tp_comm("fp8", "tensorwise", o) for o in (False, True)}
+    rowwise = {o: tp_comm("fp8", "rowwise", o) for o in (False, True)}
+    assert rowwise[False] == pytest.approx(tensorwise[False], rel=1e-12)  # 16-bit traffic
+    # both gain from async TP, the rowwise recipe less: its all-gathers stay exposed
+    assert tensorwise[True] < rowwise[True] < rowwise[False]
+    # in 16-bit training the recipe changes nothing
+    assert tp_comm("bf16", "rowwise", True) == tp_comm("bf16", "tensorwise", True)
+
+
+def test_only_the_rowwise_casts_read_their_fitted_efficiency(tmp_path: Path) -> None:
+    data = yaml.safe_load(calibration_path("frameworks").read_text())
+    data["torchao_float8_rowwise"]["cast_efficiency"] /= 2
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text(yaml.safe_dump(data))
+    files = (frameworks, calibration_path("kernels"), calibration_path("network"))
+    slower = calibration_from(files)
+
+    def breakdown(precision: str, recipe: str, calibration: object = None) -> dict[str, float]:
+        s = llama(precision, tensor_parallel=8, data_parallel=1, zero_stage=0, fp8_recipe=recipe)
+        return evaluate_one(s, calibration=calibration)["breakdown_s"]  # type: ignore[arg-type,return-value]
+
+    fast, slow = breakdown("fp8", "rowwise"), breakdown("fp8", "rowwise", slower)
+    assert slow["elementwise"] > fast["elementwise"] and slow["gemm"] == fast["gemm"]
+    for precision, recipe in (("fp8", "tensorwise"), ("bf16", "rowwise")):
+        assert breakdown(precision, recipe, slower) == breakdown(precision, recipe)
+
+
 def test_context_parallel_ranks_exchange_only_their_tensor_parallel_kv_heads() -> None:
     from types import SimpleNamespace
 
@@ -168,9 +209,9 @@ def test_per_op_recompute_reruns_what_the_backward_needs_and_torchtitan_does_not
     gemms = SimpleNamespace(qkv=gemm(24.0), proj=gemm(32.0), up=gemm(100.0), down=gemm(50.0))
     tp = TensorComm(all_reduce=7.0, all_gather=5.0, reduce_scatter=5.0, fwd=0.0, bwd=0.0)
 
-    def rerun(sp: bool, overlap: bool = False, swiglu: bool = True) -> float:
-        x = {"swiglu": float(swiglu), "tp_comm_overlap": float(overlap)}
-        i = SimpleNamespace(a=32, kv=8, tp=8.0, sp=sp, x=x)
+    def rerun(sp: bool, overlap: bool = False, swiglu: bool = True, rowwise: bool = False) -> float:
+        x = {"swiglu": float(swiglu), "tp_comm_overlap": float(overlap), "fp8_recipe": 1.0}
+        i = SimpleNamespace(a=32, kv=8, tp=8.0, sp=sp, x=x, fp8=rowwise)
         return float(op_recompute(i, ArrayOps, gemms, tp))  # type: ignore[arg-type]
 
     wk, w3 = 24.0 * 8 / 48, 50.0
@@ -180,6 +221,8 @@ def test_per_op_recompute_reruns_what_the_backward_needs_and_torchtitan_does_not
     assert rerun(sp=False) == pytest.approx(wk + w3 + 32.0 + 7.0)
     # async TP: each re-gather decomposed with its recomputed GEMM (K hides 7/8 of itself)
     assert rerun(sp=True, overlap=True) == pytest.approx(wk + w3 + (5.0 - 7 / 8 * wk))
+    # ... but not a rowwise float8 GEMM's, which casts the gathered tensor first
+    assert rerun(sp=True, overlap=True, rowwise=True) == rerun(sp=True)
     # a 2-matrix MLP: fc1 is saved and fc2's output feeds no backward
     assert rerun(sp=True, swiglu=False) == pytest.approx(wk + 2 * 5.0)
 

@@ -84,10 +84,11 @@ def test_public_validation_figures() -> None:
                if row["group"] in calibrated)  # fmt: skip
     # The NeMo 24.07 FP8 and torchtitan async-TP groups (added with the 127-case set): NeMo
     # with FP8 as Transformer Engine runs it (5 %); torchtitan on its 500 W, 2.4 TB/s H100s
-    # with DTensor's waited-on TP collectives and async TP's fused forward (18 %: its float8
-    # rowwise runs are 25-41 % fast, the rowwise-scaled GEMM kernel is not modelled; README)
+    # with DTensor's waited-on TP collectives and async TP's fused forward (8 %: its float8
+    # rowwise runs' casts at the efficiency torchao's own microbenchmark gives them, and no
+    # async-TP all-gather fused into a rowwise GEMM; its 8B TP-8 runs 10-14 % fast; README)
     assert groups["nemo_24.07_dgx_h100_fp8"]["mean_abs_error"] <= 0.06
-    assert groups["torchtitan_asynctp_h100_2025"]["mean_abs_error"] <= 0.18
+    assert groups["torchtitan_asynctp_h100_2025"]["mean_abs_error"] <= 0.09
 
 
 _MODERN_GROUPS = ("nemo_24.07_dgx_h100_fp8", "torchtitan_asynctp_h100_2025")

@@ -167,7 +167,7 @@ def compose(
     i = inputs(caps, x, o)
     gemms = lay.layer_gemms(i, o)
     attn = lay.attention(caps, i, o)
-    elem = lay.elementwise(i, o)
+    elem = lay.elementwise(i, o, calibration.float8.rowwise_cast_efficiency)
     tp = lay.tensor_comm(i, o, gemms)
     layer = lay.layer_times(
         i,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from deepflow.config.specs import FP8_RECIPES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
     FULL_RECOMPUTE,
@@ -174,7 +175,7 @@ class Elementwise(NamedTuple):
     bwd: Any
 
 
-def elementwise(i: Inputs, o: Any) -> Elementwise:
+def elementwise(i: Inputs, o: Any, rowwise_cast_efficiency: float = 1.0) -> Elementwise:
     """Bytes per layer (docs/model.md §C6.3), as Megatron's fused kernels move them.
 
     Forward: 2 norms (read x, write y) and 2 fused bias-dropout-residual-adds (read input and
@@ -184,6 +185,7 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     autograd inputs and outputs: norm (read x and dy, write dx: 3), dropout-add (read dy and
     the mask, write dx: 2), the residual fork's gradient sum (read 2, write 1: 3); activation
     (read dy and the saved input, write dx: GeLU 3, SwiGLU 5); rotary (read dy, write dx: 2).
+    FP8 training adds its casts (``rowwise_cast_efficiency``: :func:`fp8_operand_bytes`).
     """
     T, T_e, h, p, tp = i.T, i.T_e, i.h, i.p, i.tp
     swiglu = i.x["swiglu"]
@@ -204,13 +206,14 @@ def elementwise(i: Inputs, o: Any) -> Elementwise:
     fwd_bytes, bwd_bytes = fwd_bytes + eager_f, bwd_bytes + eager_b
     launches, bwd_launches = launches + eager_l, bwd_launches + eager_bl
     if i.fp8:  # FP8 casts with transposes of the GEMM operands (§C6.4)
-        cast_f, cast_b = _fp8_casts(i, o)
+        cast_f, cast_b = _fp8_casts(i, o, rowwise_cast_efficiency)
         # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
         # rescales, one kernel each
         rowwise = i.x["fp8_recipe"] > 0
+        (tensor_f, tensor_b), (row_f, row_b) = (FP8_LINEAR_LAUNCHES[r] for r in FP8_RECIPES)
         fwd_bytes, bwd_bytes = fwd_bytes + cast_f, bwd_bytes + cast_b
-        launches = launches + o.where(rowwise, 8.0, 4.0)
-        bwd_launches = bwd_launches + o.where(rowwise, 16.0, 4.0)
+        launches = launches + 4 * o.where(rowwise, row_f, tensor_f)
+        bwd_launches = bwd_launches + 4 * o.where(rowwise, row_b, tensor_b)
     return Elementwise(
         fwd=o.mem(fwd_bytes, 2 * T_e * h * 5, launches),
         bwd=o.mem(bwd_bytes, 2 * T_e * h * 10, bwd_launches),
@@ -256,9 +259,29 @@ _FP8_ROWWISE_CAST_BYTES = 6.0
 #: The rescale of a slow-accumulation backward GEMM's 16-bit output (``output *=
 #: post_inverse_scale``, torchao/float8/float8_ops.py addmm_float8_unwrapped): read 2, write 2.
 _FP8_RESCALE_BYTES = 4.0
+#: Kernels per linear layer beyond its GEMMs, forward and backward: tensor-wise one cast (with
+#: its transpose) each way; rowwise the two axes' casts each way and the two backward rescales.
+FP8_LINEAR_LAUNCHES = {"tensorwise": (1.0, 1.0), "rowwise": (2.0, 4.0)}
 
 
-def _fp8_casts(i: Inputs, o: Any) -> tuple[Any, Any]:
+def fp8_operand_bytes(rowwise: Any, rowwise_cast_efficiency: float, o: Any) -> tuple[Any, Any]:
+    """Streaming-equivalent bytes per element of an FP8 linear layer's operands: each cast
+    (its inputs and weights forward, its output gradients backward) and each rescaled backward
+    output (input and weight gradients; rowwise only). torchao's rowwise kernels, which
+    torch.compile generates (an amax reduction per row or column, casts, transposes, rescales),
+    reach ``rowwise_cast_efficiency`` of the streaming bandwidth on these bytes, fitted to
+    torchao's rowwise linear microbenchmark (benchmarks/fit_float8.py; docs/model.md §C6.4).
+
+    Returns:
+        (bytes per cast element, bytes per rescaled element).
+    """
+    return (
+        o.where(rowwise, _FP8_ROWWISE_CAST_BYTES / rowwise_cast_efficiency, _FP8_CAST_BYTES),
+        o.where(rowwise, _FP8_RESCALE_BYTES / rowwise_cast_efficiency, 0.0),
+    )
+
+
+def _fp8_casts(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> tuple[Any, Any]:
     """Bytes of a layer's FP8 casts per micro-batch, forward and backward: the four linear
     layers' inputs (forward) and output gradients (backward), each cast with its transpose;
     the weights cast once per step (cached over its micro-batches).
@@ -283,9 +306,8 @@ def _fp8_casts(i: Inputs, o: Any) -> tuple[Any, Any]:
     weights = (h * (i.a + 2 * i.kv) * i.d_h + i.a * i.d_h * h + i.mats * h * i.ffn) / tp
     # cached for the step (Transformer Engine) or cast again every micro-batch (torchao)
     casts = o.where(i.x["fp8_weight_cache"] > 0, 1.0 / o.maximum(i.m, 1.0), 1.0)
-    cast_B = o.where(rowwise, _FP8_ROWWISE_CAST_BYTES, _FP8_CAST_BYTES)
-    rescale = o.where(rowwise, _FP8_RESCALE_BYTES * (inputs + weights), 0.0)
-    return cast_B * (inputs + weights * casts), cast_B * grads + rescale
+    cast_B, rescale_B = fp8_operand_bytes(rowwise, rowwise_cast_efficiency, o)
+    return cast_B * (inputs + weights * casts), cast_B * grads + rescale_B * (inputs + weights)
 
 
 class TensorComm(NamedTuple):
@@ -325,6 +347,7 @@ def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
     ag = o.coll("all_gather", act_msg, tp, i.st_tp, i.axes)
     rs = o.coll("reduce_scatter", act_msg, tp, i.st_tp, i.axes)
     overlap = i.x["tp_comm_overlap"] > 0
+    gather_overlap = overlap & o.not_(_rowwise(i))
     q, pr, up, dn = gemms.qkv, gemms.proj, gemms.up, gemms.down
     # the column-parallel backward: its input-gradient reduction (and SP re-gather) each
     # under the layer's other GEMM (Megatron), or waited on (DTensor)
@@ -347,15 +370,22 @@ def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
             row_f,
         )
         row_b = o.where(
-            overlap & sp, _decomposed(ag, pr.dgrad, tp, o) + _decomposed(ag, dn.dgrad, tp, o), row_b
+            gather_overlap & sp,
+            _decomposed(ag, pr.dgrad, tp, o) + _decomposed(ag, dn.dgrad, tp, o),
+            row_b,
         )
         col_f = o.where(
-            overlap, _decomposed(ag, q.fwd, tp, o) + _decomposed(ag, up.fwd, tp, o), 2 * ag
+            gather_overlap, _decomposed(ag, q.fwd, tp, o) + _decomposed(ag, up.fwd, tp, o), 2 * ag
         )
     else:
         col_f = 2 * ag
     fwd = o.where(sp, col_f, 0.0) + row_f
     return TensorComm(all_reduce=ar, all_gather=ag, reduce_scatter=rs, fwd=fwd, bwd=col + row_b)
+
+
+def _rowwise(i: Inputs) -> Any:
+    """FP8 training with torchao's rowwise recipe (``fp8_recipe``), per row."""
+    return (i.x["fp8_recipe"] > 0) & i.fp8
 
 
 def _decomposed(comm: Any, gemm: Any, tp: Any, o: Any) -> Any:
@@ -417,7 +447,7 @@ def op_recompute(i: Inputs, o: Any, gemms: LayerGemms, tp: TensorComm) -> Any:
     wo = o.where(i.sp, 0.0, gemms.proj.fwd)
     ag = tp.all_gather
     gathers = o.where(
-        i.x["tp_comm_overlap"] > 0,
+        (i.x["tp_comm_overlap"] > 0) & o.not_(_rowwise(i)),
         _decomposed(ag, wk, i.tp, o) + _decomposed(ag, w3, i.tp, o),
         2 * ag,
     )
