@@ -301,15 +301,20 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     optimizer = f"{text} {(case.get('training') or {}).get('optimizer') or ''}".lower()
     fp32_accumulator = nanotron and not re.search(r"accumulate_grad_in_fp32\W{0,3}(false|0)\b",
                                                   optimizer)  # fmt: skip
+    # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
+    # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm);
+    # elsewhere where the text says so ("asynchronous point-to-point communication in PP",
+    # the Llama 3 paper §3.3.2)
+    p2p_overlap = (bool(re.search(r"megatron|nemo", text)) and year >= 2023) or bool(
+        re.search(r"asynchronous point-to-point|async(hronous)? p2p|overlap[-_ ]p2p", text)
+    )
     return {"flash": flash, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
             "dropout": dropout, "fp32_main_grads": not bf16_grads,
             "master_weights": "remainders" if apex_adam and not fp16 else "fp32",
             "attention_kernel": _attention_kernel(text, date, flash),
             "fp8_params": _fp8_params(case, text),
             "fp8_recipe": _fp8_recipe(case),
-            # Megatron-Core's interleaved schedule overlaps its pipeline sends with compute
-            # (--overlap-p2p-communication, on by default since 2023; NeMo: overlap_p2p_comm)
-            "p2p_overlap": bool(re.search(r"megatron|nemo", text)) and year >= 2023,
+            "p2p_overlap": p2p_overlap,
             # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
             # float8 (torchao, torchtitan) casts per use
             "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
@@ -318,7 +323,7 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, date),
             "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
-            "pipeline_balance": "compute" if nanotron else "layers",
+            "pipeline_balance": _pipeline_balance(text, nanotron),
             # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
             # (src/nanotron/models/llama.py); torchtitan without torch.compile runs its block in
             # eager PyTorch too (:func:`_eager_torchtitan`)
@@ -326,6 +331,22 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "fused_norm": not (eager and date >= (2024, 5)),
             "fused_rotary": not eager,
             **_compiled_stack_flags(case)}  # fmt: skip
+
+
+def _pipeline_balance(text: str, nanotron: bool) -> str:
+    """How the pipeline split places the layers (``pipeline_balance``, docs/model.md §C2.3):
+    nanotron balances stages by compute (src/nanotron/models/base.py); a split whose ends hold
+    the embedding and the output layer in a layer's slot each where the text says so
+    (Megatron-Core's ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``; the Llama 3 paper §3.3.2: "we reduce one
+    Transformer layer each from the first and the last stages ... the first model chunk on the
+    first stage has only the embedding"); else even stages of layers."""
+    if nanotron:
+        return "compute"
+    ends = re.search(r"account[-_ ]for[-_ ](embedding|loss)[-_ ]in[-_ ]pipeline[-_ ]split|"
+                     r"(embedding|output layer)[^.;]{0,80}(a|one) (transformer )?layer'?s? "
+                     r"(slot|place)", text)  # fmt: skip
+    return "ends_as_layers" if ends else "layers"
 
 
 def _eager_torchtitan(case: dict[str, Any], text: str) -> bool:
@@ -835,7 +856,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     model = _model(case, flags)
     # the largest interleave up to the stated one that the mapping rules admit
     vp = int(train.get("virtual_pipeline_stages") or 1) if pp > 1 else 1
-    while vp > 1 and not _interleave_ok(model, pp, vp):
+    while vp > 1 and not _interleave_ok(model, pp, vp, flags["pipeline_balance"]):
         vp -= 1
     mb = _micro_batch(case, pp)
     batch = _modelled_batch(case, dp, mb)
@@ -1288,13 +1309,15 @@ def measured_step_time_s(case: dict[str, Any]) -> float:
     )
 
 
-def _interleave_ok(model: dict[str, Any], pp: int, vp: int) -> bool:
-    """Whether the mapping rules on interleaving (deepflow.config.mapping) admit pp × vp."""
+def _interleave_ok(model: dict[str, Any], pp: int, vp: int, balance: str = "layers") -> bool:
+    """Whether the mapping rules on interleaving (deepflow.config.mapping) admit pp × vp with
+    the pipeline split ``balance``."""
     from types import SimpleNamespace
 
     from deepflow.config.mapping import RULES
 
     shape = SimpleNamespace(**model)  # the rules read the model's shape by attribute
-    values = {"pipeline_parallel": pp, "virtual_pipeline_stages": vp}
+    values = {"pipeline_parallel": pp, "virtual_pipeline_stages": vp,
+              "pipeline_balance": balance}  # fmt: skip
     return all(bool(rule.ok(values, shape)) for rule in RULES  # type: ignore[arg-type]
                if rule.key == "virtual_pipeline_stages")  # fmt: skip

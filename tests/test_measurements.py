@@ -479,6 +479,37 @@ def test_software_date_from_versions_and_source() -> None:
     assert software_date(_titan()) == (2025, 6)
 
 
+def test_a_pipeline_whose_ends_take_a_layer_slot_is_read_from_the_text() -> None:
+    """The Llama 3 paper's split (§3.3.2) and Megatron-Core's flags name the layout; its
+    asynchronous point-to-point sends overlap; the stated interleave then divides L + 2."""
+
+    def flags(text: str) -> dict[str, Any]:
+        training = {"framework": "PyTorch trainer", "techniques": text}
+        return framework({"group": "g", "source": {"year": 2024}, "training": training})
+
+    llama3 = flags("one Transformer layer removed from the first and from the last stage, so "
+                   "the embedding and the output layer with its loss each take one layer's "
+                   "slot; asynchronous point-to-point communication in PP")  # fmt: skip
+    assert (llama3["pipeline_balance"], llama3["p2p_overlap"]) == ("ends_as_layers", True)
+    mcore = flags("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split")
+    assert mcore["pipeline_balance"] == "ends_as_layers"
+    assert (flags("interleaved")["pipeline_balance"], flags("")["p2p_overlap"]) == ("layers", False)
+    case = _titan(
+        num_gpus=16,
+        pp=16,
+        virtual_pipeline_stages=8,
+        fsdp=None,
+        local_batch_size=None,
+        global_batch_size=32,
+        techniques="the embedding takes one layer's slot",
+    )
+    case["model"]["layers"] = 126
+    m = training_case_scenario(case).mapping
+    assert (m.pipeline_balance, m.virtual_pipeline_stages) == ("ends_as_layers", 8)
+    case["training"]["techniques"] = "interleaved"  # 126 layers: no even split into 16 x 8
+    assert training_case_scenario(case).mapping.virtual_pipeline_stages == 1
+
+
 def test_nemo_2024_keeps_16_bit_gradients_and_te_caches_fp8_weights() -> None:
     nemo = {"group": "g", "source": {"year": 2024}, "training": {"framework": "NeMo 24.07"}}
     flags = framework(nemo)

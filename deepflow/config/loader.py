@@ -626,8 +626,8 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if not isinstance(model, TransformerSpec):
         _check_kernel_parallel(s, mctx)
         return
-    broken = first_violation({d: getattr(m, d) for d in STRUCTURAL}, model,
-                             serving=wl.kind == "inference")  # fmt: skip
+    values = {d: getattr(m, d) for d in (*STRUCTURAL, "pipeline_balance")}
+    broken = first_violation(values, model, serving=wl.kind == "inference")
     if broken is not None:
         key_name, message = broken
         raise mctx.child(key_name).error(message)

@@ -36,6 +36,7 @@ __all__ = [
     "Rule",
     "first_violation",
     "knobs_of",
+    "pipeline_slots",
     "rules_for",
     "valid_mappings",
 ]
@@ -125,10 +126,19 @@ def _tp_message(v: Mapping[str, int], m: TransformerSpec) -> str:
             f"({m.num_attention_heads}) and num_kv_heads ({m.num_kv_heads}).")  # fmt: skip
 
 
-def _chunks_message(v: Mapping[str, int], m: TransformerSpec) -> str:
+def pipeline_slots(v: Mapping[str, Any], m: TransformerSpec) -> Any:
+    """Layer slots the pipeline split divides: the layers, and with ``pipeline_balance:
+    ends_as_layers`` one slot each for the input embedding and for the output layer with its
+    loss (docs/model.md §C2.3)."""
+    return m.num_layers + 2 * (v.get("pipeline_balance") == "ends_as_layers")
+
+
+def _chunks_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
     pp, vp = v["pipeline_parallel"], v["virtual_pipeline_stages"]
+    ends = " + 2 (the embedding and the output layer take a slot each)"
     return (f"pipeline_parallel {pp} × virtual_pipeline_stages {vp} = {pp * vp} must divide "
-            f"num_layers ({m.num_layers}).")  # fmt: skip
+            f"num_layers ({m.num_layers}"
+            f"{ends if v.get('pipeline_balance') == 'ends_as_layers' else ''}).")  # fmt: skip
 
 
 #: The rules, in the order the loader reports them.
@@ -145,7 +155,8 @@ RULES: tuple[Rule, ...] = (
          lambda v, m: f"({v['virtual_pipeline_stages']}) > 1 needs pipeline_parallel > 1."),
     Rule("virtual_pipeline_stages", ("pipeline_parallel", "virtual_pipeline_stages"),
          lambda v, m: (v["virtual_pipeline_stages"] == 1)
-         | (m.num_layers % (v["pipeline_parallel"] * v["virtual_pipeline_stages"]) == 0),
+         | (pipeline_slots(v, m) % (v["pipeline_parallel"] * v["virtual_pipeline_stages"])
+            == 0),
          _chunks_message),
     Rule("context_parallel", ("context_parallel",),
          lambda v, m: m.seq_length % v["context_parallel"] == 0,
@@ -203,7 +214,7 @@ def valid_mappings(
     candidates: Mapping[str, Sequence[int] | None],
     order: Sequence[str] = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                             "expert_parallel", "micro_batch_size", "virtual_pipeline_stages"),
-    *, serving: bool = False,
+    *, serving: bool = False, fixed: Mapping[str, Any] | None = None,
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order).
 
@@ -213,7 +224,8 @@ def valid_mappings(
     Rows come in the lexicographic order of ``order`` (the six degrees other than data
     parallel; tensor, pipeline and context parallel first), each in its candidates' order.
     ``serving``: the rules of a serving mapping (:func:`rules_for`), whose batch is requests
-    per replica, so nothing needs to divide it.
+    per replica, so nothing needs to divide it. ``fixed``: knobs the rules read that are not
+    enumerated (``pipeline_balance``), one value for every row.
     """
     per_replica = Rule(
         "micro_batch_size", ("micro_batch_size", "data_parallel"),
@@ -237,7 +249,8 @@ def valid_mappings(
         for i, rule in enumerate(rules):
             if i not in applied and all(d in cols for d in rule.needs):
                 applied.add(i)
-                cols = _keep(cols, np.asarray(rule.ok(cols, model), dtype=bool))
+                cols = _keep(cols, np.asarray(rule.ok({**(fixed or {}), **cols}, model),
+                                              dtype=bool))  # fmt: skip
     return np.stack([cols[d] for d in STRUCTURAL], axis=1).reshape(-1, len(STRUCTURAL))
 
 

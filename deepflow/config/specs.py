@@ -97,7 +97,7 @@ GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
 #: How layers are cut into pipeline stages (docs/model.md §C2.3): the same number of layers
 #: per stage (Megatron), or by compute cost with the output layer counted as vocab x h
 #: (nanotron's ``build_model``: the first stages take more layers).
-PIPELINE_BALANCE_MODES = ("layers", "compute")
+PIPELINE_BALANCE_MODES = ("layers", "compute", "ends_as_layers")
 #: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
@@ -474,7 +474,9 @@ class MappingSpec:
         framework=True,
         choices=PIPELINE_BALANCE_MODES,
         default="layers",
-        doc="stages of equal layers, or of equal compute with the output layer (nanotron)",
+        doc="stages of equal layers; of equal compute with the output layer (nanotron); or of "
+        "equal layer slots, the embedding and the output layer with its loss taking one "
+        "each (Llama 3; Megatron-Core's account_for_embedding/loss_in_pipeline_split)",
     )
     fused_swiglu: bool = knob(
         "fused_swiglu",

@@ -704,11 +704,13 @@ def _divides(a: int, b: int) -> bool:
 def valid_mappings(
     num_devices: int, model: TransformerSpec, batch: int,
     candidates: Mapping[str, tuple[int, ...] | None], *, serving: bool = False,
+    pipeline_balance: str = "layers",
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order),
     by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`; a
-    serving space's by the serving rules)."""
-    return mapping_rules.valid_mappings(num_devices, model, batch, candidates, serving=serving)
+    serving space's by the serving rules), with the base mapping's pipeline split."""
+    return mapping_rules.valid_mappings(num_devices, model, batch, candidates, serving=serving,
+                                        fixed={"pipeline_balance": pipeline_balance})  # fmt: skip
 
 
 def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
@@ -740,7 +742,8 @@ def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
     declared = [d for d in STRUCTURAL if d in names] or ["(none: the base mapping's degrees)"]
     for n, (mi, model), batch in itertools.product(counts, enumerate(models), batches):
         table = valid_mappings(n, model, int(batch), space.candidates,
-                               serving=space.base_is_serving)  # fmt: skip
+                               serving=space.base_is_serving,
+                               pipeline_balance=space.base.mapping.pipeline_balance)  # fmt: skip
         if not len(table):
             raise top.child("variables").error(
                 f"admit no valid mapping for {n} devices, model {model.name}, global_batch_size "

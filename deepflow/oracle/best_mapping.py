@@ -97,7 +97,9 @@ def _picks(scenario: Scenario) -> tuple[NDArray[np.int64], F]:
         "expert_parallel",
         "micro_batch_size",
     )
-    structural = valid_mappings(n, model, batch, candidates, order=order)
+    structural = valid_mappings(
+        n, model, batch, candidates, order=order, fixed={"pipeline_balance": base.pipeline_balance}
+    )
     # Equivalent choices are enumerated once: with fused attention selective recompute
     # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
     none, selective, full = NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE

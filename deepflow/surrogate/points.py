@@ -295,7 +295,8 @@ def _check_mappings(rows: Sequence[Mapping[str, Any]], model: Any, top: Ctx) -> 
                 f"{degrees['context_parallel']} × data_parallel {degrees['data_parallel']} = "
                 f"{used} devices, but the system has {devices}."
             )
-        broken = first_violation(degrees, spec)
+        balance = value(row, "pipeline_balance", base.mapping.pipeline_balance)
+        broken = first_violation({**degrees, "pipeline_balance": balance}, spec)
         if broken is not None:
             raise ctx.child(broken[0]).error(broken[1])
         batch = int(value(row, "global_batch_size", base.workload.global_batch_size))

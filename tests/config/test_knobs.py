@@ -119,7 +119,10 @@ SPACE = {
         "fused_swiglu": {"type": "categorical", "choices": [False, True]},
         "fused_norm": {"type": "categorical", "choices": [False, True]},
         "fused_rotary": {"type": "categorical", "choices": [False, True]},
-        "pipeline_balance": {"type": "categorical", "choices": ["layers", "compute"]},
+        "pipeline_balance": {
+            "type": "categorical",
+            "choices": ["layers", "compute", "ends_as_layers"],
+        },
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
         "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise"]},

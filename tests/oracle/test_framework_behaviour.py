@@ -272,3 +272,47 @@ def test_eager_elementwise_ops_slow_only_the_elementwise_kernels_and_their_recom
     assert e["recompute"] > f["recompute"]  # per-op SAC re-runs the eager forward ops
     assert e["gemm"] == f["gemm"] and e["attention"] == f["attention"]
     assert eager["step_time_s"] > fused["step_time_s"]
+
+
+def _llama405b(**mapping: object) -> Scenario:
+    """Llama 3 405B (126 layers) on 16 pipeline stages of 8 H100s, 32 micro-batches."""
+    from deepflow.config import scenario_from_mapping
+
+    base = {"data_parallel": 1, "tensor_parallel": 8, "pipeline_parallel": 16,
+            "sequence_parallel": True, "activation_recompute": "full"}  # fmt: skip
+    return scenario_from_mapping({
+        "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8,
+                   "num_nodes": 16},
+        "workload": {"model": "llama3-405b", "global_batch_size": 32, "precision": "bf16"},
+        "mapping": {**base, **mapping},
+    })  # fmt: skip
+
+
+def test_a_split_whose_ends_take_a_layer_slot_balances_the_end_stages() -> None:
+    """Llama 3's split (§3.3.2; Megatron-Core's account_for_embedding/loss_in_pipeline_split):
+    126 layers + 2 slots over 16 stages, 8 each, the end stages 7 layers and the embedding or
+    the output layer; the plain split puts ceil(126/16) = 8 layers on every stage and the output
+    layer on top of the last, which sets the pace (docs/model.md §C4)."""
+    from deepflow.errors import ConfigError
+
+    plain = evaluate_one(_llama405b())
+    ends = evaluate_one(_llama405b(pipeline_balance="ends_as_layers"))
+    assert ends["step_time_s"] < plain["step_time_s"]
+    # the middle stages (8 layers) are the slowest now: the output layer's GEMMs leave the
+    # pipelined part, its 8 layers stay
+    p, e = plain["breakdown_s"], ends["breakdown_s"]
+    head = p["gemm"] - e["gemm"]
+    assert head > 0 and e["attention"] == pytest.approx(p["attention"], rel=1e-12)
+    # interleaving one layer's slot per chunk (v = 8) needs the ends' slots: 16 x 8 = 128
+    interleaved = evaluate_one(_llama405b(pipeline_balance="ends_as_layers",
+                                          virtual_pipeline_stages=8))  # fmt: skip
+    assert interleaved["breakdown_s"]["pipeline_bubble"] < e["pipeline_bubble"]
+    with pytest.raises(
+        ConfigError,
+        match=r"mapping\.virtual_pipeline_stages pipeline_parallel 16"
+        r" × virtual_pipeline_stages 8 = 128 must divide num_layers \(126\)\.",
+    ):
+        _llama405b(virtual_pipeline_stages=8)
+    # the end stages hold a layer fewer in memory too
+    memory = evaluate_one(_llama405b(pipeline_balance="ends_as_layers"))["memory_breakdown_B"]
+    assert memory["activations"] < plain["memory_breakdown_B"]["activations"]

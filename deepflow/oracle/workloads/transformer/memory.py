@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import MemoryCalibration
+from deepflow.config.specs import PIPELINE_BALANCE_MODES
 from deepflow.oracle.workloads.transformer.columns import (
     FULL_RECOMPUTE,
     OP_RECOMPUTE,
@@ -67,6 +68,8 @@ _FP8_WEIGHT_CACHE_B = 1.0
 #: DeepSpeed's ZeRO-3 gathers module by module and keeps at most ``stage3_max_live_parameters``
 #: gathered (default 1e9 elements; DeepSpeed configuration docs, ZeRO section; §C2.1).
 _DEEPSPEED_MAX_LIVE_PARAMS = 1e9
+#: The ``pipeline_balance`` code of nanotron's compute-balanced stages.
+_COMPUTE_BALANCED = float(PIPELINE_BALANCE_MODES.index("compute"))
 
 
 def activation_bytes_per_layer(x: Mapping[str, Any]) -> F:
@@ -164,7 +167,9 @@ class Memory(NamedTuple):
 def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
     """Layers of the first and of the last pipeline stage (docs/model.md §C2.3).
 
-    Even stages (``pipeline_balance`` layers): ceil(L/p) each. Compute-balanced stages
+    Even stages (``pipeline_balance`` layers): ceil(L/p) each; with the embedding and the output
+    layer in a layer's slot each (``ends_as_layers``), ceil((L + 2)/p) − 1 at either end.
+    Compute-balanced stages
     (nanotron ``build_model``, src/nanotron/models/base.py): the blocks in order, a decoder
     layer costing 4·a·d·h + mats·F·h and the output layer V·h
     (``LlamaForTraining.get_block_compute_costs``), each block goes to the current rank, which
@@ -177,9 +182,9 @@ def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
     first = o.minimum(1.0 - o.ceil(-t / c), i.L)
     before_last = o.minimum(1.0 - o.ceil(-(i.pp - 1) * t / c), i.L)
     last = o.where(i.pp > 1, o.maximum(i.L - before_last, 0.0), i.L)
-    compute_balanced = i.x["pipeline_balance"] > 0
-    return (o.where(compute_balanced, first, i.layers_stage),
-            o.where(compute_balanced, last, i.layers_stage))  # fmt: skip
+    compute_balanced = i.x["pipeline_balance"] == _COMPUTE_BALANCED
+    return (o.where(compute_balanced, first, i.layers_ends),
+            o.where(compute_balanced, last, i.layers_ends))  # fmt: skip
 
 
 #: Which pipeline stage :func:`memory` counts: the peak one, or the first or last stage.
@@ -215,7 +220,8 @@ def memory(
     # ZeRO-3: 16/D whatever the gradient dtype (DeepSpeed 2 + 2 + 12; FSDP fp32 4 + 4 + 8)
     grad_b = o.where(zero >= 3, 2.0, grad_b)
     layer = params_per_layer(i.x, o) / i.tp
-    compute_balanced = i.x["pipeline_balance"] > 0
+    # compute-balanced or ends-as-layers stages: the end stages' own layer counts
+    uneven = i.x["pipeline_balance"] > 0
     first_layers, last_layers = stage_layers(i, o)
     # the stage's parameters with its own layers (the same for both ends with even stages)
     n_first = params.stage + (first_layers - i.layers_stage) * layer
@@ -266,10 +272,10 @@ def memory(
     interleave = o.where(i.v > 1, 1 + (i.pp - 1) / (i.pp * i.v), 1.0)
     held = o.minimum(i.m, i.pp)
     # 1F1B: the first stage holds min(m, p) micro-batches of its layers (L/p when even)
-    first_mb_layers = o.where(compute_balanced, first_layers * held * interleave,
+    first_mb_layers = o.where(uneven, first_layers * held * interleave,
                               i.L * (held / i.pp * interleave))  # fmt: skip
     act = first_mb_layers * layer_act
-    last_act = o.where(compute_balanced, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
+    last_act = o.where(uneven, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
     # interleaved 1F1B: the last rank warms up (v − 1)·p chunks of ⌈L/p⌉/v layers before its
     # first backward (Megatron-Core pipeline_parallel/schedules.py,
     # forward_backward_pipelining_with_interleaving: num_warmup_microbatches)
@@ -282,8 +288,8 @@ def memory(
     # Engine's asynchronous offload handler overlaps the copies with the next layer)
     off = i.x["activation_offload_layers"]
     if o.any(off > 0):
-        first_n = o.where(compute_balanced, first_layers, i.layers_stage)
-        last_n = o.where(compute_balanced, last_layers, i.layers_stage)
+        first_n = o.where(uneven, first_layers, i.layers_stage)
+        last_n = o.where(uneven, last_layers, i.layers_stage)
         # (offloading every layer still holds the one in flight)
         first_keep = o.minimum((o.maximum(first_n - off, 0.0) + 1.0) / o.maximum(first_n, 1.0), 1.0)
         last_keep = o.minimum((o.maximum(last_n - off, 0.0) + 1.0) / o.maximum(last_n, 1.0), 1.0)

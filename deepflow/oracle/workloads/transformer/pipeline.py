@@ -70,22 +70,26 @@ def pipeline_breakdown(i: Inputs, o: Any, layer: LayerTimes, tp: TensorComm) -> 
     pp = i.pp
 
     per_layer = {k: i.layers_stage * val for k, val in layer.parts.items()}
+    # the end stages hold one layer fewer where the embedding and the output layer take a
+    # layer's slot each (``pipeline_balance: ends_as_layers``; docs/model.md §C4)
+    end_layers = {k: i.layers_ends * val for k, val in layer.parts.items()}
 
-    def stage(extra: Mapping[str, Any]) -> dict[str, Any]:
-        parts = dict(per_layer)
+    def stage(extra: Mapping[str, Any], layers: Mapping[str, Any]) -> dict[str, Any]:
+        parts = dict(layers)
         for k, val in extra.items():
             parts[k] = parts[k] + val
         parts["pipeline_p2p"] = p2p
         return parts
 
-    first, last = stage(first_extra), stage(last_extra)
+    first, last = stage(first_extra, end_layers), stage(last_extra, end_layers)
     single = stage(
         {
             "elementwise": first_extra["elementwise"] + last_extra["elementwise"],
             "gemm": last_extra["gemm"],
-        }
+        },
+        per_layer,
     )
-    middle = stage({})
+    middle = stage({}, per_layer)
     t_first, t_last = sum(first.values()), sum(last.values())
     t_single, t_mid = sum(single.values()), sum(middle.values())
     one_stage = pp == 1

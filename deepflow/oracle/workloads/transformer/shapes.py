@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from deepflow.config.specs import PIPELINE_BALANCE_MODES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.parallelism import group_strides
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
@@ -22,6 +23,9 @@ from deepflow.oracle.workloads.transformer.ops import ArrayOps
 __all__ = ["Inputs", "inputs", "model_flops_per_step", "params_per_layer", "recomputed_share"]
 
 F = NDArray[np.float64]
+
+#: The ``pipeline_balance`` code of a split whose ends (embedding, output layer) take a slot.
+_ENDS_AS_LAYERS = float(PIPELINE_BALANCE_MODES.index("ends_as_layers"))
 
 
 class Inputs(NamedTuple):
@@ -59,7 +63,9 @@ class Inputs(NamedTuple):
     T: Any  #: tokens per micro-batch on one device (the full T enters each TP GEMM)
     T_e: Any  #: tokens in the elementwise regions (split by SP)
     local_experts: Any  #: experts held by one expert-parallel rank (≥ 1)
-    layers_stage: Any  #: layers of one pipeline stage
+    layers_stage: Any  #: layers of one pipeline stage (the most any stage holds)
+    layers_ends: Any  #: layers of the first and of the last stage (one fewer where the
+    #: embedding and the output layer take a layer slot each, ``pipeline_balance``)
     logits: Any  #: logits of a micro-batch on one tensor-parallel rank
     st_tp: Any  #: group strides in the mapping's rank order (default tp-cp-ep-dp-pp: tp innermost)
     st_cp: Any
@@ -78,6 +84,11 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
     sp = x["sequence_parallel"] > 0
     s_loc = s / cp
     T = mb * s_loc
+    # ``pipeline_balance: ends_as_layers`` (Llama 3 §3.3.2; Megatron-Core's
+    # account_for_embedding/loss_in_pipeline_split): the split divides L + 2 layer slots, the
+    # first stage's first slot the embedding, the last stage's last the output layer and loss
+    ends = o.where((x["pipeline_balance"] == _ENDS_AS_LAYERS) & (pp > 1), 1.0, 0.0)
+    layers_stage = o.ceil((x["num_layers"] + 2 * ends) / pp)
     return Inputs(
         x=x,
         # FP8 training (Transformer Engine, torchao) runs only the linear layers' GEMMs in
@@ -113,7 +124,8 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         T=T,
         T_e=o.where(sp, T / tp, T),
         local_experts=o.maximum(experts / ep, 1.0),
-        layers_stage=o.ceil(x["num_layers"] / pp),
+        layers_stage=layers_stage,
+        layers_ends=layers_stage - ends,
         logits=T * vocab / tp,
         **group_strides((tp, cp, dp, pp), x["rank_order"], o),
         axes=x["grid_axes"],
