@@ -461,10 +461,12 @@ def _load_cases(path: Path | None) -> list[dict[str, Any]]:
 
 
 def _score_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows one case scores: one per quantity of a serving case, else one."""
-    if case_category(case) == "inference":
+    """The rows one case scores: one per quantity of a serving case, one per N of a float8
+    linear case, else one."""
+    category = case_category(case)
+    if category == "inference":
         return score_inference_case(case)
-    if case_category(case) == "float8_linear_microbenchmark":
+    if category == "float8_linear_microbenchmark":
         return score_float8_linear_case(case)
     return [{"id": case.get("id"), "group": case["group"], **_score_one(case)}]
 

@@ -95,8 +95,9 @@ MASTER_WEIGHTS_MODES = ("fp32", "remainders")
 #: parallelism, PyTorch DDP's 16-bit buckets.
 GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
 #: How layers are cut into pipeline stages (docs/model.md §C2.3): the same number of layers
-#: per stage (Megatron), or by compute cost with the output layer counted as vocab x h
-#: (nanotron's ``build_model``: the first stages take more layers).
+#: per stage (Megatron); by compute cost with the output layer counted as vocab x h
+#: (nanotron's ``build_model``: the first stages take more layers); or the same number of
+#: layer slots, the embedding and the output layer taking one each (Llama 3 §3.3.2).
 PIPELINE_BALANCE_MODES = ("layers", "compute", "ends_as_layers")
 #: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's

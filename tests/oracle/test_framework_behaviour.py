@@ -313,6 +313,10 @@ def test_a_split_whose_ends_take_a_layer_slot_balances_the_end_stages() -> None:
         r" × virtual_pipeline_stages 8 = 128 must divide num_layers \(126\)\.",
     ):
         _llama405b(virtual_pipeline_stages=8)
+    with pytest.raises(ConfigError, match=r"pipeline_parallel 16 × virtual_pipeline_stages 3 = 48"
+                       r" must divide num_layers \(126 \+ 2 \(the embedding and the output layer "
+                       r"take a slot each\)\)\."):  # fmt: skip
+        _llama405b(pipeline_balance="ends_as_layers", virtual_pipeline_stages=3)
     # the end stages hold a layer fewer in memory too
     memory = evaluate_one(_llama405b(pipeline_balance="ends_as_layers"))["memory_breakdown_B"]
     assert memory["activations"] < plain["memory_breakdown_B"]["activations"]
