@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from deepflow.config import load_scenario, scenario_from_mapping
-from deepflow.config.calibration import framework_calibration
+from deepflow.config.calibration import current_calibration, framework_calibration
 from deepflow.config.specs import Scenario, TransformerSpec
 from deepflow.oracle.best_mapping import enumerate_mappings
 from deepflow.oracle.evaluate import evaluate_one, network_model
@@ -128,7 +128,9 @@ def test_deepspeed_2021_zero3_overlaps_each_module_with_the_next_ones_gather() -
     tcaps = training_caps(device_caps(s.system.device, "bf16"))
     o = ArrayOps(tcaps, net)
     i = inputs(tcaps, transformer_columns(model, s.mapping, 1536), o)
-    gemms, attn, elem = layer_gemms(i, o), attention(tcaps, i, o), elementwise(i, o)
+    cast_efficiency = current_calibration().float8.rowwise_cast_efficiency
+    gemms, attn = layer_gemms(i, o), attention(tcaps, i, o)
+    elem = elementwise(i, o, cast_efficiency)
     one = lambda v: float(np.asarray(v).reshape(-1)[0])  # noqa: E731
     linear = (gemms.qkv, gemms.proj, gemms.up, gemms.down)
     fwd = [one(g.fwd + elem.fwd / 4) for g in linear]

@@ -175,7 +175,7 @@ class Elementwise(NamedTuple):
     bwd: Any
 
 
-def elementwise(i: Inputs, o: Any, rowwise_cast_efficiency: float = 1.0) -> Elementwise:
+def elementwise(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> Elementwise:
     """Bytes per layer (docs/model.md §C6.3), as Megatron's fused kernels move them.
 
     Forward: 2 norms (read x, write y) and 2 fused bias-dropout-residual-adds (read input and
