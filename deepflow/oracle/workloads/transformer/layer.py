@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from deepflow.config.specs import FP8_RECIPES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
     FULL_RECOMPUTE,
@@ -210,7 +209,8 @@ def elementwise(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> Elementwis
         # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
         # rescales, one kernel each
         rowwise = i.x["fp8_recipe"] > 0
-        (tensor_f, tensor_b), (row_f, row_b) = (FP8_LINEAR_LAUNCHES[r] for r in FP8_RECIPES)
+        tensor_f, tensor_b = FP8_LINEAR_LAUNCHES["tensorwise"]
+        row_f, row_b = FP8_LINEAR_LAUNCHES["rowwise"]
         fwd_bytes, bwd_bytes = fwd_bytes + cast_f, bwd_bytes + cast_b
         launches = launches + 4 * o.where(rowwise, row_f, tensor_f)
         bwd_launches = bwd_launches + 4 * o.where(rowwise, row_b, tensor_b)

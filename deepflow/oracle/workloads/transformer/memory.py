@@ -275,7 +275,7 @@ def memory(
     first_mb_layers = o.where(uneven, first_layers * held * interleave,
                               i.L * (held / i.pp * interleave))  # fmt: skip
     act = first_mb_layers * layer_act
-    last_act = o.where(uneven, last_layers, i.layers_stage) * o.minimum(i.m, 1.0)
+    last_act = last_layers * o.minimum(i.m, 1.0)
     # interleaved 1F1B: the last rank warms up (v − 1)·p chunks of ⌈L/p⌉/v layers before its
     # first backward (Megatron-Core pipeline_parallel/schedules.py,
     # forward_backward_pipelining_with_interleaving: num_warmup_microbatches)
@@ -288,8 +288,7 @@ def memory(
     # Engine's asynchronous offload handler overlaps the copies with the next layer)
     off = i.x["activation_offload_layers"]
     if o.any(off > 0):
-        first_n = o.where(uneven, first_layers, i.layers_stage)
-        last_n = o.where(uneven, last_layers, i.layers_stage)
+        first_n, last_n = first_layers, last_layers
         # (offloading every layer still holds the one in flight)
         first_keep = o.minimum((o.maximum(first_n - off, 0.0) + 1.0) / o.maximum(first_n, 1.0), 1.0)
         last_keep = o.minimum((o.maximum(last_n - off, 0.0) + 1.0) / o.maximum(last_n, 1.0), 1.0)
