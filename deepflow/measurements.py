@@ -272,8 +272,10 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     no_overlap = bool(re.search(r"no (dp |data[- ]parallel )?overlap|overlap: ?(false|no)", text))
     old_megatron = "megatron" in text and year <= 2022 and "overlap-grad-reduce" not in text
     dp_overlap = not (deepspeed_2021_zero3 or no_overlap or old_megatron)
+    stated = _stated_dropout(case)
     no_dropout = bool(re.search(r"no dropout|dropout:? ?(0(\.0)?|false|none)\b", text))
-    dropout = not no_dropout and (year <= 2022 or bool(re.search(r"dropout:? ?0\.[1-9]", text)))
+    dropout = (not no_dropout and (year <= 2022 or bool(re.search(r"dropout:? ?0\.[1-9]", text)))
+               if stated is None else stated)  # fmt: skip
     # 16-bit gradient buffers: NeMo 1.x (to 24.07) trains with Apex's distributed_fused_adam
     # and grad_sync_dtype bf16 (NeMo-Framework-Launcher training configs and performance
     # scripts); DeepSpeed ZeRO-1/2 keeps 16-bit gradients (ZeRO paper §5). Megatron keeps
@@ -472,10 +474,13 @@ def _bridge_performance(text: str) -> bool:
 def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     """The loss kernel (docs/model.md §C2.4): fused where stated or where it is the framework's
     default (llm-foundry's MPT: flash-attn's fused cross-entropy, ``loss_fn`` default in
-    ``llm_foundry/models/mpt/modeling_mpt.py``); Megatron's vocab-parallel one in Megatron and
-    NeMo; PyTorch's unfused ``cross_entropy`` in PyTorch-native trainers (torchtitan's
+    ``llm_foundry/models/mpt/modeling_mpt.py``; Megatron-Core's ``cross_entropy_fusion_impl
+    te``); Megatron's vocab-parallel one in Megatron and NeMo, ``--cross-entropy-loss-fusion``
+    included (its default ``native`` implementation, megatron/core/fusions/
+    fused_cross_entropy.py, fuses the same in-place steps); nanotron's on the fp32 logits its
+    model returns; PyTorch's unfused ``cross_entropy`` in PyTorch-native trainers (torchtitan's
     ``cross_entropy_loss`` upcasts the logits to fp32; FSDP, Hugging Face)."""
-    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-](loss[_-])?fusion|"
+    if re.search(r"fused[_ -]?cross[_ -]?entropy|cross[_-]entropy[_-]fusion[_-]impl\W{0,3}te\b|"
                  r"llm[- ]foundry|\bmpt\b|composer", text):  # fmt: skip
         return "fused"
     if _bridge_performance(text):
@@ -487,10 +492,12 @@ def _cross_entropy(text: str, date: tuple[int, int]) -> str:
         # torchtitan compiles its loss with the model since April 2025 (pytorch/torchtitan
         # PR #1033, build_loss_fn): one Inductor kernel, no fp32 copy of the logits
         return "fused"
-    # nanotron's sharded_cross_entropy is Megatron's vocab-parallel loss on the fp32 cast of
-    # the logits (src/nanotron/parallel/tensor_parallel/functional.py, _ShardedCrossEntropy;
-    # LlamaModel.cast_to_fp32): fp32 logits 4 + their shifted exp 4 at its forward peak
-    if re.search(r"megatron|nemo|deepspeed|nanotron", text):
+    if "nanotron" in text:
+        # nanotron's LlamaModel returns ``cast_to_fp32`` of the logits and sharded_cross_entropy
+        # shifts them into a new fp32 tensor (src/nanotron/models/llama.py; src/nanotron/
+        # parallel/tensor_parallel/functional.py, _ShardedCrossEntropy)
+        return "vocab_parallel_fp32"
+    if re.search(r"megatron|nemo|deepspeed", text):
         return "vocab_parallel"
     if re.search(r"torchtitan|fsdp|hugging ?face|transformers|pytorch", text):
         return "unfused"
@@ -591,6 +598,27 @@ def _stated_layers(case: dict[str, Any], name: str) -> int:
     flag = name.replace("_", "[_-]")
     found = {int(v) for v in re.findall(rf"(?:--)?{flag}\W{{0,3}}(\d+)", text.lower())}
     return found.pop() if len(found) == 1 else 0
+
+
+#: Fields in which a case states its dropout probabilities (Megatron's --hidden-dropout and
+#: --attention-dropout, 0.1 unless set: megatron/training/arguments.py).
+_DROPOUT_FIELDS = (("training", "dropout"), ("model", "dropout"), ("model", "hidden_dropout"),
+                   ("model", "attention_dropout"))  # fmt: skip
+
+
+def _stated_dropout(case: dict[str, Any]) -> bool | None:
+    """Whether the case's run drops out, from the probabilities it states (any above 0), or
+    ``None`` where it states none."""
+    stated = []
+    for block, name in _DROPOUT_FIELDS:
+        value = (case.get(block) or {}).get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ConfigError(f"{_where(case)}: {block}.{name} must be a probability in "
+                              f"[0, 1); got {value!r}.")  # fmt: skip
+        stated.append(value > 0)
+    return any(stated) if stated else None
 
 
 def _precision(case: dict[str, Any], device_raw: Mapping[str, Any]) -> str:

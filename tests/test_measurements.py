@@ -120,6 +120,32 @@ def test_framework_flags_from_text_and_year(text: str, year: int, expected: dict
 
 
 @pytest.mark.parametrize(
+    ("model", "training", "expected"),
+    [
+        ({"hidden_dropout": 0.1, "attention_dropout": 0.1}, {}, True),  # Megatron's defaults
+        ({"hidden_dropout": 0.0, "attention_dropout": 0.1}, {}, True),
+        ({"hidden_dropout": 0.0, "attention_dropout": 0.0}, {}, False),
+        ({}, {"dropout": 0.0}, False),
+        ({}, {}, False),  # 2026, nothing stated: the LLaMA-era default
+    ],
+)
+def test_stated_dropout_probabilities_decide_dropout(model: dict, training: dict,
+                                                     expected: bool) -> None:  # fmt: skip
+    case = {"group": "g", "source": {"year": 2026}, "model": model,
+            "training": {"framework": "Megatron-Core", **training}}  # fmt: skip
+    assert framework(case)["dropout"] is expected
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, "0.1", True])
+def test_a_dropout_that_is_no_probability_is_rejected(value: object) -> None:
+    case = {"id": "c1", "group": "g", "model": {"hidden_dropout": value},
+            "training": {"framework": "Megatron-Core"}}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"model\.hidden_dropout must be a probability in "
+                                          r"\[0, 1\); got"):  # fmt: skip
+        framework(case)
+
+
+@pytest.mark.parametrize(
     ("source", "year"),
     [
         ({"url": "https://arxiv.org/abs/2205.05198"}, 2022),
@@ -439,6 +465,9 @@ def test_fsdp_under_pipelining_is_zero1_with_fp32_gradients() -> None:
         ("torchtitan", True, "bench.md", "torch 2.7.0a0+git, torchtitan 0.0.2", "unfused"),
         ("torchtitan", True, "bench.md", "torch 2.9.0.dev20250811", "fused"),
         ("Megatron-Core", False, "bench.md", None, "vocab_parallel"),
+        # --cross-entropy-loss-fusion runs Megatron's native fused kernels: the same buffers
+        ("Megatron-Core, --cross-entropy-loss-fusion", False, "bench.md", None, "vocab_parallel"),
+        ("Megatron-Core, cross_entropy_fusion_impl: te", False, "bench.md", None, "fused"),
         ("llm-foundry (Composer, FSDP)", False, "bench.md", None, "fused"),
     ],
 )
@@ -524,7 +553,7 @@ def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_
 
     on = flags("AdamW (torch fused), accumulate_grad_in_fp32=True")
     assert (on["gradient_buffers"], on["pipeline_balance"]) == ("fp32_accumulator", "compute")
-    assert on["cross_entropy"] == "vocab_parallel"  # sharded_cross_entropy
+    assert on["cross_entropy"] == "vocab_parallel_fp32"  # sharded_cross_entropy, fp32 logits
     assert on["fused_swiglu"] is False  # GLUActivation in eager PyTorch
     assert flags("AdamW, accumulate_grad_in_fp32: false")["gradient_buffers"] == "main"
     megatron = framework({"group": "g", "training": {"framework": "Megatron-Core"}})

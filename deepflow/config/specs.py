@@ -82,8 +82,9 @@ FFN_ACTIVATIONS = ("gelu", "swiglu")
 RECOMPUTE_MODES = ("none", "selective", "full", "selective_op")
 #: How the loss is computed over the logits (docs/model.md §C2.4): Megatron's vocab-parallel
 #: cross-entropy (fp32 softmax in place), PyTorch's unfused log_softmax + nll_loss on an fp32
-#: copy, or a fused kernel that writes the gradient into the 16-bit logits.
-CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused")
+#: copy, a fused kernel that writes the gradient into the 16-bit logits, or the vocab-parallel
+#: loss on an fp32 copy of the logits that the model returns (nanotron).
+CROSS_ENTROPY_MODES = ("vocab_parallel", "unfused", "fused", "vocab_parallel_fp32")
 #: How the optimizer keeps the master weights of a 16-bit model (docs/model.md §C2.1): a full
 #: fp32 copy, or only the 16 low bits of each fp32 value (Apex's distributed Adam with
 #: ``store_param_remainders``: the bf16 weights hold the high 16 bits).

@@ -89,12 +89,16 @@ def test_context_parallel_ranks_shard_the_optimizer() -> None:
     assert cp["optimizer_states"] == pytest.approx(dp["optimizer_states"], rel=1e-12)
 
 
-def test_fused_cross_entropy_keeps_a_quarter_of_the_logit_bytes() -> None:
+def test_loss_buffers_per_logit_follow_each_kernel() -> None:
+    # Megatron's vocab-parallel loss holds its fp32 softmax and a 16-bit tensor (6 bytes),
+    # PyTorch's unfused one 14, a fused kernel 2, nanotron's loss on fp32 logits 8
     _, vocab = memory_of(llama(), cross_entropy=CROSS_ENTROPY_CODES["vocab_parallel"])
     _, unfused = memory_of(llama(), cross_entropy=CROSS_ENTROPY_CODES["unfused"])
     _, fused = memory_of(llama(), cross_entropy=CROSS_ENTROPY_CODES["fused"])
-    assert vocab["logits"] == pytest.approx(4 * fused["logits"], rel=1e-12)
+    _, fp32 = memory_of(llama(), cross_entropy=CROSS_ENTROPY_CODES["vocab_parallel_fp32"])
+    assert vocab["logits"] == pytest.approx(3 * fused["logits"], rel=1e-12)
     assert unfused["logits"] == pytest.approx(7 * fused["logits"], rel=1e-12)
+    assert fp32["logits"] == pytest.approx(4 * fused["logits"], rel=1e-12)
 
 
 def test_allocator_terms_and_reserve() -> None:

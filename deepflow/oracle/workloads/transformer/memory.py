@@ -56,11 +56,15 @@ _MASTER_BYTES = (_MASTER_B, 2.0)
 #: the largest unit (a block, or the embedding) and one more block.
 _FSDP_UNITS_IN_FLIGHT = 2.0
 #: Peak loss buffers per logit of each ``cross_entropy`` mode (§C2.4): vocab-parallel (Megatron
-#: ``vocab_parallel_cross_entropy``: 16-bit logits 2 + fp32 softmax kept and turned into the
-#: gradient in place 4 + its 16-bit cast 2), unfused (PyTorch ``cross_entropy`` on an fp32
-#: copy: logits 2 + saved log-softmax 4 + in backward its incoming and outgoing fp32
-#: gradients 4 + 4), fused (gradient written into the 16-bit logits: 2).
-_LOSS_BYTES_PER_LOGIT = (8.0, 14.0, 2.0)
+#: ``vocab_parallel_cross_entropy``, megatron/core/tensor_parallel/cross_entropy.py: forward,
+#: the 16-bit logits 2 and their fp32 copy 4, shifted, exponentiated and normalised in place;
+#: backward, that fp32 softmax turned into the gradient in place 4 and its 16-bit cast 2, the
+#: 16-bit logits gone with the model's forward), unfused (PyTorch ``cross_entropy`` on an fp32
+#: copy: logits 2 + saved log-softmax 4 + in backward its incoming and outgoing fp32 gradients
+#: 4 + 4), fused (gradient written into the 16-bit logits: 2), vocab-parallel on the fp32 logits
+#: the model returns (nanotron's ``cast_to_fp32`` then ``sharded_cross_entropy``, whose shift
+#: ``sharded_logits - logits_max`` is a new tensor: 4 + 4).
+_LOSS_BYTES_PER_LOGIT = (6.0, 14.0, 2.0, 8.0)
 #: Transformer Engine keeps an FP8 copy of each weight, cast once per step and cached across
 #: its micro-batches (TE ``Linear`` ``is_first_microbatch``; §C2.1); torchao's Float8Linear
 #: casts per use (``fp8_weight_cache`` false).
