@@ -790,6 +790,7 @@ def _model(
         "seq_length": seq_len or int(_need(case, "model.seq_len")),
         "vocab_size": int(_need(case, "model.vocab")),
         "dropout": flags["dropout"],
+        "tied_embeddings": _tied_embeddings(case),
     }
     kv = _get(model, "kv_heads", "num_kv_heads", "num_query_groups", "n_kv_heads",
               "num_key_value_heads")  # fmt: skip
@@ -804,6 +805,21 @@ def _model(
         out["experts_per_token"] = int(_get(model, "experts_per_token", "top_k", "moe_top_k",
                                             "topk") or 1)  # fmt: skip
     return out
+
+
+def _tied_embeddings(case: dict[str, Any]) -> bool:
+    """Whether the output layer reuses the input embedding: ``model.tied_embeddings`` where
+    stated, else by the model's family: GPT-2/3 style (Megatron's GPT default,
+    ``--untie-embeddings-and-output-weights`` off; MPT's ``wte`` as its output layer; BLOOM)
+    tie, Llama-style and the others do not."""
+    model = case.get("model") or {}
+    stated = model.get("tied_embeddings")
+    if stated is not None:
+        if not isinstance(stated, bool):
+            raise ConfigError(f"{_where(case)}: model.tied_embeddings must be true or false; "
+                              f"got {stated!r}.")  # fmt: skip
+        return stated
+    return bool(re.search(r"\bgpt|\bmpt\b|bloom", str(model.get("type") or "").lower()))
 
 
 def _case_batch(case: dict[str, Any]) -> float:

@@ -136,6 +136,31 @@ def test_stated_dropout_probabilities_decide_dropout(model: dict, training: dict
     assert framework(case)["dropout"] is expected
 
 
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ({"type": "GPT (decoder-only)"}, True),  # Megatron's GPT ties by default
+        ({"type": "MPT (GPT-style; learned pos-emb)"}, True),
+        ({"type": "BLOOM (GPT-style, ALiBi)"}, True),
+        ({"type": "Llama 3 (GQA, SwiGLU)"}, False),
+        ({"type": "GPT (Megatron-Core GPTModel)", "tied_embeddings": False}, False),  # stated
+        ({"type": "Llama-style decoder", "tied_embeddings": True}, True),
+    ],
+)
+def test_tied_embeddings_as_stated_else_by_model_family(model: dict, expected: bool) -> None:
+    case = copy.deepcopy(load_measurements("narayanan2021_table1")[0])
+    case["model"] |= model
+    assert training_case_scenario(case).workload.model.tied_embeddings is expected
+
+
+def test_tied_embeddings_that_are_no_boolean_are_rejected() -> None:
+    case = copy.deepcopy(load_measurements("narayanan2021_table1")[0])
+    case["model"]["tied_embeddings"] = "yes"
+    with pytest.raises(ConfigError, match=r"model\.tied_embeddings must be true or false; "
+                                          r"got 'yes'"):  # fmt: skip
+        training_case_scenario(case)
+
+
 @pytest.mark.parametrize("value", [1.0, -0.1, "0.1", True])
 def test_a_dropout_that_is_no_probability_is_rejected(value: object) -> None:
     case = {"id": "c1", "group": "g", "model": {"hidden_dropout": value},

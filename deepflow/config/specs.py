@@ -221,6 +221,11 @@ class TransformerSpec:
     num_experts: int = key("num_experts", ge=1, default=1)
     experts_per_token: int = key("experts_per_token", ge=1, default=1)
     dropout: bool = key("dropout", default=False, doc="attention/hidden dropout (GPT-3 style)")
+    tied_embeddings: bool = key(
+        "tied_embeddings", default=False,
+        doc="the output layer reuses the input embedding's vocab x hidden matrix (GPT-2/3, "
+            "Megatron's GPT default, MPT, BLOOM); Llama-style models keep two",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

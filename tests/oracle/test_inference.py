@@ -454,3 +454,12 @@ def test_moe_serving_runs_its_experts_as_grouped_gemms() -> None:
 
     assert tpot("llama3-8b", 0.5) == tpot("llama3-8b", 1.0)
     assert tpot("mixtral-8x7b", 0.5) > tpot("mixtral-8x7b", 1.0)
+
+
+def test_a_tied_model_serves_from_one_vocabulary_matrix() -> None:
+    untied = serving()
+    model = dataclasses.replace(untied.workload.model, tied_embeddings=True)
+    tied = dataclasses.replace(untied, workload=dataclasses.replace(untied.workload, model=model))
+    saved = (evaluate_one(untied)["memory_breakdown_B"]["weights"]
+             - evaluate_one(tied)["memory_breakdown_B"]["weights"])  # fmt: skip
+    assert saved == pytest.approx(model.vocab_size * model.hidden_size * 2.0, rel=1e-9)  # bf16

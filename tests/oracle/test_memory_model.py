@@ -440,3 +440,38 @@ def test_an_unknown_buffer_lifetime_is_refused(tmp_path: Path) -> None:
                     " nccl_buffers_MiB: 0, buffer_lifetime: eager}\n")  # fmt: skip
     with pytest.raises(ConfigError, match="buffer_lifetime"):
         _memory_calibration(path)
+
+
+def two_stages(scenario: Scenario) -> Scenario:
+    """The scenario on two pipeline stages (half the data-parallel ranks)."""
+    mapping = scenario.mapping
+    return dataclasses.replace(scenario, mapping=dataclasses.replace(
+        mapping, pipeline_parallel=2, data_parallel=mapping.data_parallel // 2))  # fmt: skip
+
+
+def test_tied_embeddings_hold_one_vocabulary_matrix_on_a_single_stage() -> None:
+    scenario = llama()  # one stage, FSDP over 8: 16/8 bytes a parameter (ZeRO-3)
+    model = scenario.workload.model
+    assert isinstance(model, TransformerSpec) and scenario.mapping.pipeline_parallel == 1
+    _, untied = memory_of(scenario)
+    _, tied = memory_of(scenario, tied_embeddings=1.0)
+    shards = scenario.mapping.data_parallel * scenario.mapping.tensor_parallel
+    matrix = model.vocab_size * model.hidden_size / shards
+    states = ("weights", "master_weights", "gradients", "optimizer_states")
+    assert sum(untied[k] - tied[k] for k in states) == pytest.approx(16.0 * matrix, rel=1e-9)
+    # with pipeline stages either end keeps its own copy: nothing changes in memory
+    staged = two_stages(scenario)
+    assert memory_of(staged, tied_embeddings=1.0) == memory_of(staged)
+
+
+def test_only_a_tied_model_syncs_its_embedding_between_the_pipeline_ends() -> None:
+    scenario = llama()
+    staged = two_stages(scenario)
+    model = scenario.workload.model
+    assert isinstance(model, TransformerSpec)
+    untied = evaluate_one(staged)["breakdown_s"]["embedding_sync"]
+    tied_model = dataclasses.replace(model, tied_embeddings=True)
+    tied = evaluate_one(
+        dataclasses.replace(staged, workload=dataclasses.replace(staged.workload, model=tied_model))
+    )["breakdown_s"]["embedding_sync"]
+    assert untied == 0.0 < tied

@@ -57,9 +57,10 @@ F = NDArray[np.float64]
 #: per element, the scheduler and the mapping's degrees.
 INFERENCE_COLUMNS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-    "ffn_hidden_size", "swiglu", "vocab_size", "num_experts", "experts_per_token",
-    "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes", "static_batching",
-    "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding", "host_s_per_request",
+    "ffn_hidden_size", "swiglu", "vocab_size", "tied_embeddings", "num_experts",
+    "experts_per_token", "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes",
+    "static_batching", "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding",
+    "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
 )  # fmt: skip
@@ -410,7 +411,8 @@ def _memory(
     # output layer in 16 bits (ModelOpt's _default_disabled_quantizer_cfg: "*lm_head*",
     # "*router*"; the embedding is a lookup table, no linear layer)
     sixteen = np.where(s.moe, h * s.experts, 0.0) + 4 * h
-    embedding = np.where(s.pp > 1, 1.0, 2.0) * s.vocab * h / tp
+    # the input embedding and the output layer, one matrix where they are tied on one stage
+    embedding = np.where((s.pp > 1) | (x["tied_embeddings"] > 0), 1.0, 2.0) * s.vocab * h / tp
     weights = s.layers * (linear * s.w_bytes + sixteen * s.p_act) + embedding * s.p_act
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     # KV tokens a running request holds: its whole context, reserved when it is admitted

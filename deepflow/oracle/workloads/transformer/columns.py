@@ -45,6 +45,7 @@ MODEL_COLUMNS = (
     "num_experts",
     "experts_per_token",
     "dropout",
+    "tied_embeddings",
     "global_batch_size",
 )
 #: The transformer's mapping knobs (the knob table's) and their input columns.
@@ -84,6 +85,7 @@ def transformer_values(
         "num_experts": float(model.num_experts),
         "experts_per_token": float(model.experts_per_token),
         "dropout": float(model.dropout),
+        "tied_embeddings": float(model.tied_embeddings),
         "global_batch_size": float(global_batch_size),
     } | mapping_values
 

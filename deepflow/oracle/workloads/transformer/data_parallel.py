@@ -44,7 +44,12 @@ def stage_params(i: Inputs, o: Any) -> StageParams:
     dense_layer_params = params_per_layer(i.x, o) - o.where(moe, i.mats * h * ffn * experts, 0.0)
     expert_params = o.where(moe, i.mats * h * ffn * experts / i.ep, 0.0)
     stage_layer_params = i.layers_stage * (dense_layer_params + expert_params) / i.tp
-    stage = stage_layer_params + o.where(i.pp == 1, 2 * emb_params, emb_params) / i.tp
+    # the input embedding and the output layer: one matrix each, or one for both where they
+    # are tied on a single stage; pipeline stages hold one at either end (a tied model's last
+    # stage its own copy of the shared weight: Megatron-Core LanguageModule,
+    # setup_embeddings_and_output_layer)
+    ends = o.where((i.pp == 1) & o.not_(i.tied), 2.0, 1.0)
+    stage = stage_layer_params + ends * emb_params / i.tp
     grad_bytes = o.where(i.zero >= 3, i.p, 4.0)  # fp32 main grads (Megatron), bf16 FSDP (§C2.1)
     return StageParams(stage=stage, embedding=emb_params, grad_bytes=grad_bytes)
 
@@ -176,6 +181,8 @@ def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
 
 
 def embedding_sync(i: Inputs, o: Any, params: StageParams) -> Any:
-    """The tied embedding's gradient all-reduce between the first and the last stage."""
+    """The tied embedding's gradient all-reduce between the first and the last stage (only a
+    tied model's two copies are kept equal: Megatron-Core finalize_model_grads,
+    ``_allreduce_word_embedding_grads`` under ``share_embeddings_and_output_weights``)."""
     msg = params.embedding / i.tp * params.grad_bytes
-    return o.where(i.pp > 1, o.coll("all_reduce", msg, 2.0, i.st_pp, i.axes), 0.0)
+    return o.where((i.pp > 1) & i.tied, o.coll("all_reduce", msg, 2.0, i.st_pp, i.axes), 0.0)

@@ -42,6 +42,7 @@ class Inputs(NamedTuple):
     ffn: Any  #: MLP hidden size
     s: Any  #: sequence length
     vocab: Any  #: vocabulary
+    tied: Any  #: the output layer reuses the input embedding's matrix
     experts: Any  #: MoE experts (1: dense)
     topk: Any  #: experts per token
     tp: Any
@@ -103,6 +104,7 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         ffn=x["ffn_hidden_size"],
         s=s,
         vocab=vocab,
+        tied=x["tied_embeddings"] > 0,
         experts=experts,
         topk=x["experts_per_token"],
         tp=tp,
