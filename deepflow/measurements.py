@@ -414,9 +414,13 @@ def _fp8_params(case: dict[str, Any], text: str) -> bool:
 
 def _fp8_recipe(case: dict[str, Any]) -> str:
     """The float8 scaling recipe: torchao's ``rowwise`` (axiswise scales,
-    ``Float8LinearConfig.from_recipe_name("rowwise")``, torchao/float8/config.py) where the
-    case's precision names it, else one scale per tensor (docs/model.md §C6.4)."""
+    ``Float8LinearConfig.from_recipe_name("rowwise")``, torchao/float8/config.py) or MXFP8
+    (Transformer Engine's ``MXFP8BlockScaling``; Megatron-Bridge's ``fp8_recipe: mxfp8``,
+    its tables' "FP8-MX") where the case's precision names it, else one scale per tensor
+    (docs/model.md §C6.4)."""
     precision = str((case.get("training") or {}).get("precision") or "").lower()
+    if re.search(r"\bmx[-_ ]?fp8\b|fp8[-_ ]mx\b", precision):
+        return "mxfp8"
     return "rowwise" if re.search(r"row[- _]?wise|axiswise", precision) else "tensorwise"
 
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from deepflow.config import load_device
 from deepflow.config.calibration import current_calibration
-from deepflow.config.specs import FP8_RECIPES
 from deepflow.data import load_measurements
 from deepflow.errors import ConfigError
 from deepflow.measurements import (
@@ -250,6 +249,11 @@ def float8_linear_speedup(
     return (gemms(caps16) + norm_sigmoid) / (gemms(caps8) + norm_sigmoid + casts)
 
 
+#: The torchao float8 recipes its linear-layer microbenchmark runs (torchao/float8/config.py
+#: ``Float8LinearRecipeName``) that :func:`float8_linear_speedup` models.
+_TORCHAO_FLOAT8_RECIPES = ("tensorwise", "rowwise")
+
+
 def score_float8_linear_case(
     case: dict[str, Any], *, rowwise_cast_efficiency: float | None = None
 ) -> list[dict[str, Any]]:
@@ -258,9 +262,9 @@ def score_float8_linear_case(
     ``benchmarks/fit_float8.py``)."""
     spec = case.get("float8_linear") or {}
     recipe = spec.get("recipe")
-    if recipe not in FP8_RECIPES:
+    if recipe not in _TORCHAO_FLOAT8_RECIPES:
         raise ConfigError(f"case {case.get('id')!r}: float8_linear.recipe must be one of "
-                          f"{', '.join(FP8_RECIPES)}; got {recipe!r}.")  # fmt: skip
+                          f"{', '.join(_TORCHAO_FLOAT8_RECIPES)}; got {recipe!r}.")  # fmt: skip
     ns = spec.get("N")
     measured = (case.get("measured") or {}).get("speedup_vs_bf16")
     dims = [spec.get("M"), spec.get("K")]

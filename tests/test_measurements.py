@@ -730,6 +730,10 @@ def test_the_fp8_recipe_is_read_from_the_precision() -> None:
     assert recipe("fp8 row-wise scaling, bf16 FSDP all-gather") == "rowwise"
     assert recipe("float8 tensorwise") == "tensorwise"
     assert recipe("bf16") == "tensorwise"
+    # Megatron-Bridge's tables: "FP8-MX" / MXFP8 block scaling, "FP8-CS" per-tensor
+    assert recipe("mxfp8 (FP8-MX: MXFP8 block scaling)") == "mxfp8"
+    assert recipe("fp8-mx") == "mxfp8"
+    assert recipe("fp8 (FP8-CS: per-tensor current scaling)") == "tensorwise"
     s = training_case_scenario(_titan(precision="float8 rowwise"))
     assert s.mapping.fp8_recipe == "rowwise"
 

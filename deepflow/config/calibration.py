@@ -31,6 +31,7 @@ __all__ = [
     "InNetworkCalibration",
     "KernelCalibration",
     "LinkCalibration",
+    "MXFP8Calibration",
     "MemoryCalibration",
     "NetworkCalibration",
     "ProtocolCalibration",
@@ -112,6 +113,11 @@ class Calibration:
     def float8(self) -> Float8Calibration:
         """torchao's float8 training kernels beside the GEMMs."""
         return _float8_calibration(self.frameworks_path)
+
+    @property
+    def mxfp8(self) -> MXFP8Calibration:
+        """Transformer Engine's MXFP8 GEMMs against per-tensor FP8 ones."""
+        return _mxfp8_calibration(self.frameworks_path)
 
     @property
     def serving(self) -> ServingCalibration:
@@ -329,6 +335,22 @@ def _float8_calibration(path: Path) -> Float8Calibration:
     return _entry(path, "torchao_float8_rowwise", Float8Calibration)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MXFP8Calibration:
+    """Transformer Engine's MXFP8 recipe beside per-tensor FP8 (``configs/calibration/
+    frameworks.yaml``, ``transformer_engine_mxfp8``; docs/model.md §C6.4)."""
+
+    gemm_time_ratio: float = key(
+        "gemm_time_ratio", ge=1,
+        doc="an MXFP8 GEMM's time / the per-tensor FP8 GEMM's at the same shape",
+    )  # fmt: skip
+
+
+@cache
+def _mxfp8_calibration(path: Path) -> MXFP8Calibration:
+    return _entry(path, "transformer_engine_mxfp8", MXFP8Calibration)
+
+
 # ------------------------------------------------------------------- network link classes
 @dataclass(frozen=True, kw_only=True)
 class ProtocolCalibration:
@@ -427,6 +449,7 @@ def clear_calibration_caches() -> None:
         _memory_calibration,
         _serving_calibration,
         _float8_calibration,
+        _mxfp8_calibration,
         _network_calibration,
         _current_calibration,
         calibration_from,

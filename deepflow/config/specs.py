@@ -104,9 +104,11 @@ PIPELINE_BALANCE_MODES = ("layers", "compute", "ends_as_layers")
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3.
 ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
-#: torchao float8 scaling recipes (torchao/float8/config.py, Float8LinearRecipeName): one
-#: scale per tensor, or one per row of each operand (axiswise; docs/model.md §C6.4)
-FP8_RECIPES = ("tensorwise", "rowwise")
+#: FP8 scaling recipes (docs/model.md §C6.4): one scale per tensor (Transformer Engine's delayed
+#: and current scaling, torchao's tensorwise), one per row of each operand (torchao's rowwise,
+#: axiswise; torchao/float8/config.py Float8LinearRecipeName), or one per 32-element block
+#: (MXFP8, Transformer Engine's MXFP8BlockScaling on Blackwell)
+FP8_RECIPES = ("tensorwise", "rowwise", "mxfp8")
 #: The order in which the parallel dimensions take consecutive ranks, innermost first
 #: (docs/model.md §C3): Megatron-Core's ``RankGenerator`` order, "tp-cp-ep-dp-pp" by default and
 #: "tp-cp-ep-pp-dp" with ``--use-tp-pp-dp-mapping``; expert parallelism takes the inner ranks of
@@ -529,7 +531,8 @@ class MappingSpec:
         framework=True,
         choices=FP8_RECIPES,
         default="tensorwise",
-        doc="FP8 scales per tensor, or per row of each operand (torchao rowwise)",
+        doc="FP8 scales per tensor, per row of each operand (torchao rowwise), or per "
+        "32-element block (MXFP8)",
     )
     cross_entropy: str = knob(
         "cross_entropy",

@@ -118,7 +118,7 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "unknown FP8 recipe with a suggestion",
         scenario(mapping__fp8_recipe="rowise"),
-        "mapping.fp8_recipe must be one of: tensorwise, rowwise; got 'rowise' "
+        "mapping.fp8_recipe must be one of: tensorwise, rowwise, mxfp8; got 'rowise' "
         "(did you mean 'rowwise'?).",
     ),
     (

@@ -125,7 +125,7 @@ SPACE = {
         },
         "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
-        "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise"]},
+        "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise", "mxfp8"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
         "rank_order": {"type": "categorical", "choices": ["tp-cp-dp-pp", "dp-tp-cp-pp"]},
         "grid_axes": {"type": "categorical", "choices": ["xyz", "yxz"]},

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deepflow.config import load_scenario
-from deepflow.config.calibration import calibration_from, calibration_path
+from deepflow.config.calibration import calibration_from, calibration_path, current_calibration
 from deepflow.config.specs import Scenario
 from deepflow.oracle.evaluate import evaluate_one
 
@@ -114,6 +114,35 @@ def test_rowwise_fp8_is_slower_than_tensorwise_at_equal_shapes() -> None:
         evaluate_one(llama("bf16", fp8_recipe=k))["step_time_s"] for k in ("tensorwise", "rowwise")
     ]
     assert bf16[0] == bf16[1]
+
+
+def test_mxfp8_gemms_take_the_measured_ratio_of_per_tensor_fp8_time(tmp_path: Path) -> None:
+    """Transformer Engine's MXFP8 GEMMs against per-tensor FP8 (frameworks.yaml
+    ``transformer_engine_mxfp8``): the linear layers' GEMM time scales by the ratio, their
+    casts carry the block scales; attention and the TP traffic are the same."""
+
+    def breakdown(precision: str, recipe: str, calibration: object = None) -> dict[str, float]:
+        s = llama(precision, tensor_parallel=8, data_parallel=1, zero_stage=0, fp8_recipe=recipe)
+        return evaluate_one(s, calibration=calibration)["breakdown_s"]  # type: ignore[arg-type,return-value]
+
+    ratio = current_calibration().mxfp8.gemm_time_ratio
+    assert ratio > 1.0
+    tensor, mx = breakdown("fp8", "tensorwise"), breakdown("fp8", "mxfp8")
+    # the output layer's 16-bit GEMM is outside the linear layers: more than 1, less than ratio
+    assert tensor["gemm"] < mx["gemm"] < ratio * tensor["gemm"] * (1 + 1e-12)
+    assert mx["elementwise"] > tensor["elementwise"]  # one E8M0 scale byte per 32 elements
+    assert mx["attention"] == tensor["attention"]
+    # the same 16-bit TP traffic, a little more of it hidden under the longer GEMMs
+    assert mx["tensor_parallel_comm"] <= tensor["tensor_parallel_comm"]
+    # a ratio of 1 leaves only the scale bytes
+    data = yaml.safe_load(calibration_path("frameworks").read_text())
+    data["transformer_engine_mxfp8"]["gemm_time_ratio"] = 1.0
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text(yaml.safe_dump(data))
+    same = calibration_from((frameworks, calibration_path("kernels"), calibration_path("network")))
+    assert breakdown("fp8", "mxfp8", same)["gemm"] == pytest.approx(tensor["gemm"], rel=1e-12)
+    # outside FP8 training the recipe changes nothing
+    assert breakdown("bf16", "mxfp8") == breakdown("bf16", "tensorwise")
 
 
 def test_async_tp_fuses_no_all_gather_into_a_rowwise_float8_gemm() -> None:

@@ -128,8 +128,9 @@ def test_deepspeed_2021_zero3_overlaps_each_module_with_the_next_ones_gather() -
     tcaps = training_caps(device_caps(s.system.device, "bf16"))
     o = ArrayOps(tcaps, net)
     i = inputs(tcaps, transformer_columns(model, s.mapping, 1536), o)
-    cast_efficiency = current_calibration().float8.rowwise_cast_efficiency
-    gemms, attn = layer_gemms(i, o), attention(tcaps, i, o)
+    cal = current_calibration()
+    cast_efficiency = cal.float8.rowwise_cast_efficiency
+    gemms, attn = layer_gemms(i, o, cal.mxfp8.gemm_time_ratio), attention(tcaps, i, o)
     elem = elementwise(i, o, cast_efficiency)
     one = lambda v: float(np.asarray(v).reshape(-1)[0])  # noqa: E731
     linear = (gemms.qkv, gemms.proj, gemms.up, gemms.down)

@@ -165,7 +165,7 @@ def compose(
 ) -> dict[str, Any]:
     """The step model over ``o``'s operations; ``caps`` already at training efficiency."""
     i = inputs(caps, x, o)
-    gemms = lay.layer_gemms(i, o)
+    gemms = lay.layer_gemms(i, o, calibration.mxfp8.gemm_time_ratio)
     attn = lay.attention(caps, i, o)
     elem = lay.elementwise(i, o, calibration.float8.rowwise_cast_efficiency)
     tp = lay.tensor_comm(i, o, gemms)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from deepflow.config.specs import FP8_RECIPES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
     FULL_RECOMPUTE,
@@ -70,11 +71,13 @@ class LayerGemms(NamedTuple):
     wgrad: Any
 
 
-def layer_gemms(i: Inputs, o: Any) -> LayerGemms:
+def layer_gemms(i: Inputs, o: Any, mxfp8_gemm_time_ratio: float) -> LayerGemms:
     """Per-device GEMM shapes of a layer (docs/model.md §C1.1) and their times.
 
     Experts: the ep ranks exchange tokens (uniform routing); each holds E/ep experts and
-    receives T·k tokens in total, T·k·ep/E per local expert (§C1.1, §C3.1).
+    receives T·k tokens in total, T·k·ep/E per local expert (§C1.1, §C3.1). With the MXFP8
+    recipe the linear layers' block-scaled GEMMs take ``mxfp8_gemm_time_ratio`` times the
+    per-tensor FP8 GEMM's time (Transformer Engine's GEMM profile, §C6.4).
     """
     T, h, tp, moe = i.T, i.h, i.tp, i.moe
     tokens_mlp = o.where(moe, T * i.topk * i.ep / i.experts, T)  # per local expert with MoE
@@ -83,8 +86,13 @@ def layer_gemms(i: Inputs, o: Any) -> LayerGemms:
     proj = (T, h, i.a * i.d_h / tp)
     up = (tokens_mlp, (i.mats - 1) * i.ffn / tp, h)  # GeLU fc1 or SwiGLU gate+up
     down = (tokens_mlp, h, i.ffn / tp)
-    g_qkv, g_proj = GemmTimes(*o.gemm3(*qkv, 1.0)), GemmTimes(*o.gemm3(*proj, 1.0))
-    g_up, g_down = GemmTimes(*o.gemm3(*up, mlp_batch)), GemmTimes(*o.gemm3(*down, mlp_batch))
+    block = o.where(_mxfp8(i), mxfp8_gemm_time_ratio, 1.0)
+
+    def times(shape: tuple[Any, Any, Any], batch: Any) -> GemmTimes:
+        return GemmTimes(*(block * t for t in o.gemm3(*shape, batch)))
+
+    g_qkv, g_proj = times(qkv, 1.0), times(proj, 1.0)
+    g_up, g_down = times(up, mlp_batch), times(down, mlp_batch)
     router = o.where(moe, o.gemm(T, i.experts, h, 1.0), 0.0) if o.any(moe) else 0.0
     return LayerGemms(
         qkv=g_qkv,
@@ -208,7 +216,7 @@ def elementwise(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> Elementwis
         cast_f, cast_b = _fp8_casts(i, o, rowwise_cast_efficiency)
         # rowwise: each operand cast along two axes (twice the casts); the 8 backward GEMMs'
         # rescales, one kernel each
-        rowwise = i.x["fp8_recipe"] > 0
+        rowwise = _rowwise(i)
         tensor_f, tensor_b = FP8_LINEAR_LAUNCHES["tensorwise"]
         row_f, row_b = FP8_LINEAR_LAUNCHES["rowwise"]
         fwd_bytes, bwd_bytes = fwd_bytes + cast_f, bwd_bytes + cast_b
@@ -250,6 +258,13 @@ def _eager_bytes(i: Inputs, o: Any, normed: Any, rotated: Any, gated: Any) -> tu
 #: An FP8 cast with its transpose (Transformer Engine's ``cast_transpose``): read 2 bytes,
 #: write the FP8 copy and its transpose, 1 + 1 (docs/model.md §C6.4).
 _FP8_CAST_BYTES = 4.0
+
+
+#: MXFP8 (Transformer Engine's MXFP8 quantize: one kernel writes the row-wise and the
+#: column-wise block-scaled copies, the latter for the transposed GEMM operand): the cast and
+#: transpose's bytes plus one E8M0 scale byte per 32-element block of each copy, 2 / 32
+#: (OCP Microscaling Formats (MX) v1.0 §5.3: k = 32, E8M0 scales; docs/model.md §C6.4).
+_MXFP8_SCALE_BYTES = 2.0 / 32.0
 
 
 #: torchao's rowwise recipe casts each operand twice, once per axis (a row-scaled copy for one
@@ -298,7 +313,7 @@ def _fp8_casts(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> tuple[Any, 
     #2184, https://github.com/pytorch/ao/issues/2184): their outputs are the shapes of the
     GEMM inputs (input gradient) and the weights (weight gradient)."""
     T, T_e, h, tp = i.T, i.T_e, i.h, i.tp
-    rowwise = i.x["fp8_recipe"] > 0
+    rowwise = _rowwise(i)
     mlp = T * i.ffn / tp * i.topk
     gathered = o.where(rowwise, T, T_e)  # the column-parallel inputs, row-parallel out-grads
     inputs = 2 * gathered * h + T * i.a * i.d_h / tp + mlp
@@ -307,6 +322,8 @@ def _fp8_casts(i: Inputs, o: Any, rowwise_cast_efficiency: float) -> tuple[Any, 
     # cached for the step (Transformer Engine) or cast again every micro-batch (torchao)
     casts = o.where(i.x["fp8_weight_cache"] > 0, 1.0 / o.maximum(i.m, 1.0), 1.0)
     cast_B, rescale_B = fp8_operand_bytes(rowwise, rowwise_cast_efficiency, o)
+    # MXFP8: one E8M0 scale byte per 32 elements for each of the two copies
+    cast_B = cast_B + o.where(_mxfp8(i), _MXFP8_SCALE_BYTES, 0.0)
     return cast_B * (inputs + weights * casts), cast_B * grads + rescale_B * (inputs + weights)
 
 
@@ -385,7 +402,12 @@ def tensor_comm(i: Inputs, o: Any, gemms: LayerGemms) -> TensorComm:
 
 def _rowwise(i: Inputs) -> Any:
     """FP8 training with torchao's rowwise recipe (``fp8_recipe``), per row."""
-    return (i.x["fp8_recipe"] > 0) & i.fp8
+    return (i.x["fp8_recipe"] == FP8_RECIPES.index("rowwise")) & i.fp8
+
+
+def _mxfp8(i: Inputs) -> Any:
+    """FP8 training with Transformer Engine's MXFP8 recipe (``fp8_recipe``), per row."""
+    return (i.x["fp8_recipe"] == FP8_RECIPES.index("mxfp8")) & i.fp8
 
 
 def _decomposed(comm: Any, gemm: Any, tp: Any, o: Any) -> Any:
