@@ -155,6 +155,16 @@ class DeviceSpec:
     l2_capacity_B: float = key("l2_capacity_MiB", scale=MiB, ge=0)
     l1_capacity_per_sm_B: float = key("l1_capacity_per_sm_KiB", scale=KiB, ge=0)
     register_file_per_sm_B: float = key("register_file_per_sm_KiB", scale=KiB, ge=0)
+    host_to_device_Bps: float = key(
+        "host_to_device_GBps", scale=GB, ge=0, default=0.0,
+        doc="host-to-device copy rate per device while every device of the node copies "
+            "(nvbandwidth host_to_all); absent: PCIe Gen5 x16's measured rate",
+    )  # fmt: skip
+    device_to_host_Bps: float = key(
+        "device_to_host_GBps", scale=GB, ge=0, default=0.0,
+        doc="device-to-host copy rate per device while every device of the node copies "
+            "(nvbandwidth all_to_host); absent: PCIe Gen5 x16's measured rate",
+    )  # fmt: skip
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -483,6 +483,14 @@ BYTES_PER_ELEMENT = {
 }
 
 
+#: Host <-> device copy rates of a PCIe Gen5 x16 GPU, per direction (NVIDIA nvbandwidth on
+#: Azure ND H100 v5: "Host to Device | 51", "Device to Host | 52" GB/s, https://github.com/
+#: Azure/AI-benchmarking-guide/blob/f350e7e65b82cfcb9220b32b582bc34342d9c1a6/Azure%20Results/
+#: ND_H100_v5_results.md): the devices without a host link of their own (docs/model.md §C2.3).
+PCIE5_HOST_TO_DEVICE_Bps = 51e9
+PCIE5_DEVICE_TO_HOST_Bps = 52e9
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeviceCaps:
     """What the performance model needs from one device at one precision (SI units).
@@ -523,6 +531,10 @@ class DeviceCaps:
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     grouped_gemm_overlap_exponent: float = math.inf  # its roofline's p (inf: max of the two)
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
+    # host <-> device copies (activation offload; docs/model.md §C2.3): PCIe Gen5 x16 unless
+    # the device states its own link
+    host_to_device_Bps: float = PCIE5_HOST_TO_DEVICE_Bps
+    device_to_host_Bps: float = PCIE5_DEVICE_TO_HOST_Bps
     scale_up_bandwidth_Bps: float = 0.0  # the design's own links (0: use the network preset)
     scale_out_bandwidth_Bps: float = 0.0
     scale_up_latency_s: float = 0.0  # the design's own link latency (with its bandwidth)
@@ -672,4 +684,6 @@ def device_caps(
         # Datasheets do not publish register-file bandwidth; the calibrated GEMM efficiency
         # of a shipped part already includes it (docs/model.md §C6.1a).
         register_file_bandwidth_Bps=math.inf,
+        host_to_device_Bps=device.host_to_device_Bps or PCIE5_HOST_TO_DEVICE_Bps,
+        device_to_host_Bps=device.device_to_host_Bps or PCIE5_DEVICE_TO_HOST_Bps,
     )

@@ -69,6 +69,11 @@ CASES: list[tuple[str, Any, str]] = [
         "system.device.die_area_mm2 must be a number > 0; got -826.",
     ),
     (
+        "negative host link rate in an inline override",
+        scenario(system__device={"base": "gb200", "device_to_host_GBps": -182.1}),
+        "system.device.device_to_host_GBps must be a number >= 0; got -182.1.",
+    ),
+    (
         "wrong type for an integer",
         scenario(system__num_nodes="four"),
         "system.num_nodes must be an integer >= 1; got 'four'.",

@@ -332,6 +332,58 @@ def test_activation_offload_keeps_the_other_layers_and_one_in_flight() -> None:
     assert off["weights"] == kept["weights"]
 
 
+def _offload_step(s: Scenario, host_GBps: float, offloaded: int) -> dict[str, float]:
+    """Breakdown of ``s`` at PP 1, no recompute, ``offloaded`` layers offloaded, on its device
+    with a host link of ``host_GBps`` each way."""
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    x = transformer_columns(model, s.mapping, s.workload.global_batch_size)
+    x |= {"pipeline_parallel": np.atleast_1d(1.0), "data_parallel": np.atleast_1d(8.0),
+          "recompute": np.atleast_1d(float(RECOMPUTE_CODES["none"])),
+          "activation_offload_layers": np.atleast_1d(float(offloaded))}  # fmt: skip
+    cal = current_calibration()
+    caps = dataclasses.replace(
+        device_caps(s.system.device, s.workload.precision, calibration=cal),
+        host_to_device_Bps=host_GBps * 1e9, device_to_host_Bps=host_GBps * 1e9,
+    )  # fmt: skip
+    out = transformer_step(caps, network_model(s, calibration=cal), x, calibration=cal)
+    return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out["breakdown_s"].items()}
+
+
+def test_activation_offload_exposes_the_copies_a_layer_cannot_hide() -> None:
+    # Transformer Engine overlaps each offloaded layer's copy with the next layer's compute
+    # and waits for it: a copy longer than a layer's forward (out) or backward (back) shows
+    s = llama()
+    layers = s.workload.model.num_layers  # type: ignore[union-attr]
+    none = _offload_step(s, 1.0, 0)
+    assert none["activation_offload"] == 0.0
+    # a link fast enough hides every copy; the rest of the step does not change
+    fast = _offload_step(s, 1e6, layers // 2)
+    assert fast["activation_offload"] == 0.0
+    assert fast == none
+    # a slow link: min(N, n) layers of m micro-batches, each copy minus the compute it hides
+    slow = _offload_step(s, 1.0, layers // 2)
+    x = transformer_columns(s.workload.model, s.mapping, s.workload.global_batch_size)  # type: ignore[arg-type]
+    act = float(activation_bytes_per_layer(x | {"recompute": float(RECOMPUTE_CODES["none"])})[0])
+    m = s.workload.global_batch_size / (8 * s.mapping.micro_batch_size)
+    outside = ("data_parallel_comm", "optimizer", "embedding_sync", "pipeline_bubble")
+    per_layer = sum(v for k, v in none.items() if k not in outside) / (m * layers)
+    copies = 2 * act / 1e9 * (layers // 2) * m
+    assert copies - per_layer * m * layers < slow["activation_offload"] < copies
+    # more offloaded layers or a slower link never hide more
+    assert _offload_step(s, 1.0, layers)["activation_offload"] > slow["activation_offload"]
+    assert _offload_step(s, 2.0, layers // 2)["activation_offload"] < slow["activation_offload"]
+
+
+def test_host_links_come_from_the_preset_else_pcie_gen5() -> None:
+    from deepflow.config import load_device
+
+    gb200 = device_caps(load_device("gb200"), "bf16")  # nvbandwidth all_to_host / host_to_all
+    assert (gb200.device_to_host_Bps, gb200.host_to_device_Bps) == (182.1e9, 168.5e9)
+    h100 = device_caps(load_device("h100-sxm5-80gb"), "bf16")
+    assert (h100.device_to_host_Bps, h100.host_to_device_Bps) == (52e9, 51e9)
+
+
 def test_partial_recompute_recomputes_n_layers_and_keeps_the_rest() -> None:
     s = llama()
     layers = s.workload.model.num_layers  # type: ignore[union-attr]

@@ -42,6 +42,7 @@ from deepflow.oracle.workloads.transformer.columns import (
 from deepflow.oracle.workloads.transformer.memory import (
     STAGES,
     activation_bytes_per_layer,
+    activation_offload,
     memory,
 )
 from deepflow.oracle.workloads.transformer.ops import ArrayOps, scalar_ops, training_caps
@@ -179,6 +180,7 @@ def compose(
         lay.context_comm(i, o, attn),
         lay.expert_comm(i, o),
     )
+    layer = activation_offload(i, o, caps, layer)
     params = dpm.stage_params(i, o)
     breakdown = pipeline_breakdown(i, o, layer, tp)
     breakdown["data_parallel_comm"] = dpm.data_parallel_comm(

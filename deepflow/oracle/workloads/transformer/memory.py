@@ -21,12 +21,14 @@ from numpy.typing import NDArray
 
 from deepflow.config.calibration import MemoryCalibration
 from deepflow.config.specs import PIPELINE_BALANCE_MODES
+from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
     FULL_RECOMPUTE,
     OP_RECOMPUTE,
     SELECTIVE_RECOMPUTE,
 )
 from deepflow.oracle.workloads.transformer.data_parallel import StageParams
+from deepflow.oracle.workloads.transformer.layer import LayerTimes
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
@@ -35,6 +37,7 @@ __all__ = [
     "STAGES",
     "Memory",
     "activation_bytes_per_layer",
+    "activation_offload",
     "memory",
     "stage_layers",
 ]
@@ -166,6 +169,29 @@ class Memory(NamedTuple):
     allocated: Any  #: the allocator's peak (``max_memory_allocated``)
     reserved: Any  #: with the allocator's fragmentation (``max_memory_reserved``)
     total: Any  #: with the CUDA context and NCCL buffers: what must fit the device
+
+
+def activation_offload(i: Inputs, o: Any, caps: DeviceCaps, layer: LayerTimes) -> LayerTimes:
+    """``layer`` with the exposed seconds of activation offload (``activation_offload``; docs/
+    model.md §C2.3): ``activation_offload_layers`` of a stage's layers copy their saved
+    activations to host memory after their forward and back before their backward.
+    Transformer Engine's offload handler overlaps each copy with the next layer's compute and
+    waits for it before going on (Megatron-Core ``--cpu-offloading-num-layers``; TE
+    ``get_cpu_offload_context``), so a layer whose copy takes longer than a layer's forward
+    (device to host) or backward (host to device) exposes the difference. The copies run at
+    the device's host link rates while every device of the node copies (``host_to_device_GBps``,
+    ``device_to_host_GBps``); per layer here as the stage's offloaded share."""
+    off = i.x["activation_offload_layers"]
+    if not o.any(off > 0):
+        return LayerTimes(parts={**layer.parts, "activation_offload": 0.0 * off},
+                          fwd=layer.fwd, bwd=layer.bwd)  # fmt: skip
+    act = _activation_bytes(i.x, o, fp8=i.fp8)
+    out = o.maximum(act / caps.device_to_host_Bps - layer.fwd, 0.0)
+    back = o.maximum(act / caps.host_to_device_Bps - layer.bwd, 0.0)
+    share = o.minimum(off, i.layers_stage) / o.maximum(i.layers_stage, 1.0)
+    exposed = o.where(off > 0, share * (out + back), 0.0)
+    return LayerTimes(parts={**layer.parts, "activation_offload": exposed},
+                      fwd=layer.fwd + share * out, bwd=layer.bwd + share * back)  # fmt: skip
 
 
 def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
