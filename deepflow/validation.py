@@ -42,11 +42,14 @@ __all__ = [
     "gemm_case_caps",
     "gemm_microbenchmarks",
     "grouped_gemm_microbenchmarks",
+    "hbm_stream_case_caps",
+    "hbm_stream_microbenchmarks",
     "measured_step_time_s",
     "score_collective_cases",
     "score_float8_linear_case",
     "score_gemm_cases",
     "score_grouped_gemm_cases",
+    "score_hbm_stream_cases",
     "score_inference_case",
     "score_memory_cases",
     "score_training_cases",
@@ -192,6 +195,54 @@ def score_grouped_gemm_cases(
         rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
                      "measured_tflops": measured, "model_tflops": model,
                      "error": model / measured - 1.0})  # fmt: skip
+    return rows
+
+
+def hbm_stream_microbenchmarks() -> list[dict[str, Any]]:
+    """The public set's memory-bandwidth microbenchmarks (``category:
+    memory_bandwidth_microbenchmark``)."""
+    return [c for c in load_measurements()
+            if case_category(c) == "memory_bandwidth_microbenchmark"]  # fmt: skip
+
+
+def hbm_stream_case_caps(case: dict[str, Any]) -> DeviceCaps:
+    """Capabilities of a memory-bandwidth case's device: its preset (its family's
+    ``hbm_efficiency``) with the memory bandwidth the case states as the device's peak."""
+    hardware = case.get("hardware") or {}
+    peak = hardware.get("memory_bandwidth_GBps")
+    if isinstance(peak, bool) or not isinstance(peak, int | float) or peak <= 0:
+        raise ConfigError(f"case {case.get('id')!r}: hardware.memory_bandwidth_GBps (the "
+                          "device's peak) must be a positive number.")  # fmt: skip
+    device = load_device({"base": accelerator_presets(case)[0], "hbm_bandwidth_GBps": peak})
+    return device_caps(device, "bf16")
+
+
+def score_hbm_stream_cases(
+    cases: list[dict[str, Any]] | None = None,
+    *,
+    efficiency_override: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """Model vs measured GB/s of streaming kernels that read (or write) ``memory.bytes`` from
+    HBM once: the rate of the oracle's memory-bound kernel
+    (:func:`deepflow.oracle.kernels.memory_op_time_s`, launch excluded: the benchmarks time
+    kernels) at the stated peak. ``efficiency_override``: family -> ``hbm_efficiency`` to
+    score with instead of the calibration's (the fit, ``benchmarks/fit_hbm.py``)."""
+    rows = []
+    for case in hbm_stream_microbenchmarks() if cases is None else cases:
+        caps = hbm_stream_case_caps(case)
+        if efficiency_override and caps.family in efficiency_override:
+            caps = dataclasses.replace(caps, hbm_efficiency=efficiency_override[caps.family])
+        values = [(case.get("memory") or {}).get("bytes"), (case.get("measured") or {}).get("GBps")]
+        numbers = [float(v) for v in values
+                   if isinstance(v, int | float) and not isinstance(v, bool)]  # fmt: skip
+        if len(numbers) != 2 or min(numbers) <= 0:
+            raise ConfigError(f"case {case.get('id')!r}: memory.bytes and measured.GBps must "
+                              "be positive numbers.")  # fmt: skip
+        nbytes, measured = numbers
+        model = nbytes / float(memory_op_time_s(caps, nbytes, launches=0)) / 1e9
+        rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
+                     "peak_GBps": caps.hbm_bandwidth_Bps / 1e9, "measured_GBps": measured,
+                     "model_GBps": model, "error": model / measured - 1.0})  # fmt: skip
     return rows
 
 
@@ -485,6 +536,10 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (r,) = score_grouped_gemm_cases([case])
         return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
                 "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
+    if kind == "memory_bandwidth_microbenchmark":
+        (r,) = score_hbm_stream_cases([case])
+        return {"quantity": "GB/s", "measured": r["measured_GBps"],
+                "model": r["model_GBps"], "error": r["error"]}  # fmt: skip
     if kind == "collective_microbenchmark":
         (r,) = score_collective_cases([case])
         return {"quantity": r["quantity"], "measured": r["measured_GBps"],

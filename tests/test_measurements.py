@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +279,7 @@ def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
         f"error: {path}: no case could be scored (case 'c0': category None is not one "
         "deepflow scores (known: gemm_microbenchmark, grouped_gemm_microbenchmark, "
         "collective_microbenchmark, float8_linear_microbenchmark, "
-        "end_to_end_training, peak_memory, inference))."
+        "memory_bandwidth_microbenchmark, end_to_end_training, peak_memory, inference))."
     )
 
 
@@ -326,6 +327,40 @@ def test_grouped_gemm_cases_are_scored_by_the_serving_grouped_gemm() -> None:
         r"gemm\.groups, gemm\.M, gemm\.N and gemm\.K must be positive integers\.",
     ):
         score_grouped_gemm_cases([case])
+
+
+def test_hbm_stream_cases_are_scored_at_their_familys_efficiency() -> None:
+    """OpenCL-Benchmark's coalesced streams on A100, H100, B200 and B300: each row is the
+    stated peak times its family's hbm_efficiency; the families the fit derives
+    (benchmarks/fit_hbm.py) hold Hopper's estimate scaled by their measured read fraction over
+    Hopper's, so every read row is as far from its measurement as Hopper's (Blackwell's two
+    devices bracket it); a case without its peak or bytes is refused with the keys it needs."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import hbm_stream_microbenchmarks, score_hbm_stream_cases
+
+    rows = score_hbm_stream_cases()
+    assert len(rows) == len(hbm_stream_microbenchmarks()) == 8
+    assert {r["family"] for r in rows} == {"ampere", "hopper", "blackwell"}
+    cal = current_calibration()
+    for r in rows:
+        efficiency = cal.kernel(r["family"]).hbm_efficiency
+        assert r["model_GBps"] == pytest.approx(r["peak_GBps"] * efficiency, rel=1e-3)
+    reads = {r["id"]: r["error"] for r in rows if "_read_" in r["id"]}
+    hopper = reads["opencl_benchmark_hbm_read_h100"]
+    assert reads["opencl_benchmark_hbm_read_a100"] == pytest.approx(hopper, abs=0.002)
+    blackwell = math.sqrt((1 + reads["opencl_benchmark_hbm_read_b200"])
+                          * (1 + reads["opencl_benchmark_hbm_read_b300"])) - 1  # fmt: skip
+    assert blackwell == pytest.approx(hopper, abs=0.002)
+    case = copy.deepcopy(hbm_stream_microbenchmarks()[0])
+    del case["hardware"]["memory_bandwidth_GBps"]
+    with pytest.raises(ConfigError, match=r"case 'opencl_benchmark_hbm_read_a100': hardware\."
+                       r"memory_bandwidth_GBps \(the device's peak\) must be a positive "
+                       r"number\."):  # fmt: skip
+        score_hbm_stream_cases([case])
+    case = copy.deepcopy(hbm_stream_microbenchmarks()[0])
+    case["memory"]["bytes"] = 0
+    with pytest.raises(ConfigError, match=r"memory\.bytes and measured\.GBps must be positive"):
+        score_hbm_stream_cases([case])
 
 
 def test_float8_linear_cases_are_scored_per_n_by_the_layers_cast_bytes() -> None:

@@ -7,7 +7,8 @@ and NCCL microbenchmarks), each with its source; the schema is in ``docs/validat
 (category ``peak_memory``), and ``measurements_inference.json`` measured serving figures
 (category ``inference``: throughput, time to first token, time per output token), in the
 same schema. ``measurements_kernels.json`` holds kernel microbenchmarks added by the project
-beyond the shared set (torchao's NVFP4 GEMMs on B200, DeepGEMM's grouped MoE GEMMs on H800),
+beyond the shared set (torchao's NVFP4 GEMMs on B200, DeepGEMM's grouped MoE GEMMs on H800,
+torchao's rowwise float8 linear layers on H100, OpenCL-Benchmark's HBM streams),
 so that ``measurements_public.json`` stays the shared copy as published.
 """
 
