@@ -47,6 +47,7 @@ __all__ = [
     "slice_shape",
     "software_date",
     "source_year",
+    "stated_hbm_bandwidth_GBps",
     "training_case_scenario",
     "trtllm_bench_limits",
 ]
@@ -677,7 +678,7 @@ def _power_limit_W(case: dict[str, Any]) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _hbm_bandwidth_GBps(case: dict[str, Any]) -> float | None:
+def stated_hbm_bandwidth_GBps(case: dict[str, Any]) -> float | None:
     """The memory bandwidth the case states (``hardware.memory_bandwidth_TBps`` / ``_GBps``,
     or "2.4 TB/s" in its hardware text)."""
     hardware = case.get("hardware") or {}
@@ -700,7 +701,7 @@ def _device(case: dict[str, Any], preset: str, precision: str) -> str | dict[str
     memory = _get(hardware, "memory_gb", "memory_GB", "hbm_gb")
     if isinstance(memory, int | float) and abs(memory - raw["hbm_capacity_GiB"]) > 1:
         override["hbm_capacity_GiB"] = float(memory)  # vendor "GB" are binary-sized (presets)
-    bandwidth = _hbm_bandwidth_GBps(case)
+    bandwidth = stated_hbm_bandwidth_GBps(case)
     if bandwidth is not None and abs(bandwidth / raw["hbm_bandwidth_GBps"] - 1) > 0.02:
         override["hbm_bandwidth_GBps"] = bandwidth
     peak = _stated_peak_tflops(case, precision)

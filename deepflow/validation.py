@@ -27,6 +27,7 @@ from deepflow.measurements import (
     measured_memory_stage,
     measured_peak_memory,
     measured_step_time_s,
+    stated_hbm_bandwidth_GBps,
     training_case_scenario,
 )
 from deepflow.oracle.hardware import DeviceCaps, device_caps
@@ -208,11 +209,10 @@ def hbm_stream_microbenchmarks() -> list[dict[str, Any]]:
 def hbm_stream_case_caps(case: dict[str, Any]) -> DeviceCaps:
     """Capabilities of a memory-bandwidth case's device: its preset (its family's
     ``hbm_efficiency``) with the memory bandwidth the case states as the device's peak."""
-    hardware = case.get("hardware") or {}
-    peak = hardware.get("memory_bandwidth_GBps")
-    if isinstance(peak, bool) or not isinstance(peak, int | float) or peak <= 0:
-        raise ConfigError(f"case {case.get('id')!r}: hardware.memory_bandwidth_GBps (the "
-                          "device's peak) must be a positive number.")  # fmt: skip
+    peak = stated_hbm_bandwidth_GBps(case)
+    if peak is None or peak <= 0:
+        raise ConfigError(f"case {case.get('id')!r}: hardware.memory_bandwidth_GBps (or _TBps: "
+                          "the device's peak) must be a positive number.")  # fmt: skip
     device = load_device({"base": accelerator_presets(case)[0], "hbm_bandwidth_GBps": peak})
     return device_caps(device, "bf16")
 

@@ -354,8 +354,8 @@ def test_hbm_stream_cases_are_scored_at_their_familys_efficiency() -> None:
     case = copy.deepcopy(hbm_stream_microbenchmarks()[0])
     del case["hardware"]["memory_bandwidth_GBps"]
     with pytest.raises(ConfigError, match=r"case 'opencl_benchmark_hbm_read_a100': hardware\."
-                       r"memory_bandwidth_GBps \(the device's peak\) must be a positive "
-                       r"number\."):  # fmt: skip
+                       r"memory_bandwidth_GBps \(or _TBps: the device's peak\) must be a "
+                       r"positive number\."):  # fmt: skip
         score_hbm_stream_cases([case])
     case = copy.deepcopy(hbm_stream_microbenchmarks()[0])
     case["memory"]["bytes"] = 0
