@@ -45,13 +45,11 @@ def measured_fractions(access: str = "read") -> dict[str, float]:
     return {family: math.exp(sum(map(math.log, r)) / len(r)) for family, r in ratios.items()}
 
 
-def fit() -> dict[str, float]:
-    """hbm_efficiency per measured family other than the anchor: the anchor's value scaled
-    by the measured ratio."""
-    fractions = measured_fractions()
-    anchor = current_calibration().kernel(ANCHOR).hbm_efficiency
-    return {family: anchor * value / fractions[ANCHOR]
-            for family, value in fractions.items() if family != ANCHOR}  # fmt: skip
+def fit(reads: dict[str, float], anchor: float) -> dict[str, float]:
+    """hbm_efficiency per measured family other than the anchor: the anchor's ``anchor``
+    scaled by the family's measured read fraction (``reads``) over the anchor's."""
+    return {family: anchor * value / reads[ANCHOR]
+            for family, value in reads.items() if family != ANCHOR}  # fmt: skip
 
 
 def main() -> None:
@@ -62,7 +60,7 @@ def main() -> None:
     anchor = current_calibration().kernel(ANCHOR).hbm_efficiency
     print(f"measured fraction of peak (geometric mean per family); anchor {ANCHOR} "
           f"hbm_efficiency {anchor:.3f}:")  # fmt: skip
-    fitted = fit()
+    fitted = fit(reads, anchor)
     for family in sorted(reads):
         value = fitted.get(family, anchor)
         write = writes.get(family, float("nan"))
