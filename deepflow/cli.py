@@ -406,17 +406,27 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
              f"{100 * g['max_abs_error']:.1f} %"]
             for name, g in report["groups"].items()]  # fmt: skip
     _print_table("per group (mean |error|)", columns, rows, wide=wide)
+    kinds = [g.get("kind") for g in report["groups"].values()]
+    # out-of-memory runs scored against feasibility have their own figure (below)
+    errors = [g for g in report["groups"].values() if g.get("kind") != "feasibility"]
     console.print(
         f"[bold]group-weighted mean |error| {100 * report['group_weighted_mean_abs_error']:.1f} %"
-        f"[/bold] over {len(report['cases'])} cases in {len(report['groups'])} groups"
+        f"[/bold] over {sum(g['cases'] for g in errors)} cases in {len(errors)} groups"
     )
-    kinds = [g.get("kind") for g in report["groups"].values()]
     parts = [f"{label} {100 * report[f'{kind}_group_weighted_mean_abs_error']:.1f} % "
              f"({kinds.count(kind)})" for kind, label in
              (("performance", "performance"), ("memory", "memory"), ("serving", "serving"))
              if kinds.count(kind)]  # fmt: skip
     if len(parts) > 1:
         console.print("  by kind (groups): " + ", ".join(parts))
+    if kinds.count("feasibility"):
+        from deepflow.validation import FITS_QUANTITY
+
+        misses = [r for r in report["cases"] if r["quantity"] == FITS_QUANTITY]
+        share = 100 * report["feasibility_group_weighted_mean_abs_error"]
+        console.print(f"runs that ran out of memory, modelled as fitting: "
+                      f"{sum(r['model'] > 0 for r in misses)} of {len(misses)} "
+                      f"(group-weighted {share:.1f} %)")  # fmt: skip
     from rich.markup import escape
 
     for skip in report.get("skipped", []):

@@ -34,6 +34,7 @@ from deepflow.oracle.hardware import DeviceCaps, device_caps
 from deepflow.oracle.kernels import gemm, memory_op_time_s
 
 __all__ = [
+    "FITS_QUANTITY",
     "MAMF_DEVICES",
     "MAMF_SWEEP",
     "TRAINING_GROUPS",
@@ -53,6 +54,7 @@ __all__ = [
     "score_hbm_stream_cases",
     "score_inference_case",
     "score_memory_cases",
+    "score_out_of_memory_case",
     "score_training_cases",
     "training_case_scenario",
     "validation_report",
@@ -402,6 +404,24 @@ def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[s
     return rows
 
 
+def _ran_out_of_memory(case: dict[str, Any]) -> bool:
+    """Whether the case records a run that ran out of memory (``measured.out_of_memory``)."""
+    return (case.get("measured") or {}).get("out_of_memory") is True
+
+
+def score_out_of_memory_case(case: dict[str, Any]) -> dict[str, Any]:
+    """A run its source records as out of memory (``measured.out_of_memory: true``) against
+    the oracle's feasibility: ``model`` 1 where the oracle has it fit (a miss: the feasibility
+    constraint would keep a design that does not run), 0 where it calls it infeasible;
+    ``measured`` 0 (it did not fit), ``error`` the difference. A group's mean |error| is the
+    share of its out-of-memory runs modelled as fitting."""
+    from deepflow.oracle.evaluate import evaluate_one
+
+    fits = bool(evaluate_one(training_case_scenario(case))["feasible"])
+    return {"id": case["id"], "group": case["group"], "measured": 0.0,
+            "model": float(fits), "error": float(fits), "feasible": fits}  # fmt: skip
+
+
 # ------------------------------------------------------------------------ serving
 def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Model vs measured serving figures of one case: a row per quantity it states
@@ -544,6 +564,10 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (r,) = score_collective_cases([case])
         return {"quantity": r["quantity"], "measured": r["measured_GBps"],
                 "model": r["model_GBps"], "error": r["error"]}  # fmt: skip
+    if kind == "peak_memory" and _ran_out_of_memory(case):
+        r = score_out_of_memory_case(case)
+        return {"quantity": FITS_QUANTITY, "measured": r["measured"], "model": r["model"],
+                "error": r["error"], "feasible": r["feasible"]}  # fmt: skip
     if kind == "peak_memory":
         (m,) = score_memory_cases([case])
         return {"quantity": f"GiB {m['kind']}", "measured": m["measured_GiB"],
@@ -554,12 +578,19 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
             "error": r["error"], "feasible": r["feasible"]}  # fmt: skip
 
 
+#: The ``quantity`` of a row that scores a recorded out-of-memory run against feasibility.
+FITS_QUANTITY = "fits"
+
+
 def _kind(row: Mapping[str, Any]) -> str:
-    """What a scored row measures: ``memory`` (peak memory), ``serving`` (throughput, TTFT,
-    TPOT of an inference case) or ``performance`` (step time, kernels, collectives)."""
+    """What a scored row measures: ``memory`` (peak memory), ``feasibility`` (a run that ran
+    out of memory: modelled as fitting or not), ``serving`` (throughput, TTFT, TPOT of an
+    inference case) or ``performance`` (step time, kernels, collectives)."""
     quantity = str(row["quantity"])
     if quantity.startswith("GiB"):
         return "memory"
+    if quantity == FITS_QUANTITY:
+        return "feasibility"
     return "serving" if quantity in ("throughput", "ttft", "tpot") else "performance"
 
 
@@ -599,7 +630,10 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
     }  # fmt: skip
 
     def weighted_mean(kind: str | None) -> float:
-        means = [g["mean_abs_error"] for g in summary.values() if kind in (None, g["kind"])]
+        # a feasibility group's mean is a share of misclassified runs, not a relative error:
+        # it has its own figure and stays out of the overall mean
+        means = [g["mean_abs_error"] for g in summary.values()
+                 if g["kind"] == kind or (kind is None and g["kind"] != "feasibility")]  # fmt: skip
         return float(np.mean(means)) if means else 0.0
 
     return {"cases": rows, "groups": summary, "group_weighted_mean_abs_error": weighted_mean(None),
@@ -607,4 +641,6 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
             "performance_group_weighted_mean_abs_error": weighted_mean("performance"),
             "memory_group_weighted_mean_abs_error": weighted_mean("memory"),
             "serving_group_weighted_mean_abs_error": weighted_mean("serving"),
+            # out-of-memory runs modelled as fitting (share, mean over groups)
+            "feasibility_group_weighted_mean_abs_error": weighted_mean("feasibility"),
             "skipped": skipped}  # fmt: skip

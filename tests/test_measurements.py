@@ -833,3 +833,32 @@ def test_megatron_bridge_performance_recipes_reduce_in_16_bits_with_te_s_fused_l
     assert stated["fp32_main_grads"] is True
     other = flags("a Megatron-Bridge training run")  # not its benchmark recipes
     assert (other["fp32_main_grads"], other["cross_entropy"]) == (True, "vocab_parallel")
+
+
+def test_a_run_that_ran_out_of_memory_is_scored_against_feasibility(tmp_path: Path) -> None:
+    """``measured.out_of_memory: true`` is scored as a feasibility outcome: 1 where the oracle
+    has the run fit (a miss), 0 where it calls it infeasible; its group has its own figure
+    and stays out of the overall mean."""
+    oom = dict(_titan(local_batch_size=16, global_batch_size=128), id="oom", group="ran_out",
+               measured={"out_of_memory": True})  # fmt: skip
+    fits = dict(_titan(local_batch_size=1, global_batch_size=8), id="fits", group="ran_out",
+                measured={"out_of_memory": True})  # fmt: skip
+    ran = dict(_titan(), id="ran")
+    ran["hardware"]["memory_gb"] = 96
+    path = tmp_path / "oom.json"
+    path.write_text(json.dumps([oom, fits, ran]), encoding="utf-8")
+    report = validation_report(path)
+    rows = {r["id"]: r for r in report["cases"]}
+    assert rows["oom"]["quantity"] == "fits" and rows["oom"]["measured"] == 0.0
+    outcome = {k: (r["model"], r["error"], r["feasible"]) for k, r in rows.items()}
+    assert outcome["oom"] == (0.0, 0.0, False) and outcome["fits"] == (1.0, 1.0, True)
+    group = report["groups"]["ran_out"]
+    assert group["kind"] == "feasibility" and group["mean_abs_error"] == 0.5
+    assert report["feasibility_group_weighted_mean_abs_error"] == 0.5
+    memory = report["groups"]["g"]["mean_abs_error"]
+    assert report["group_weighted_mean_abs_error"] == memory  # the feasibility group stays out
+    out = CliRunner().invoke(app, ["validate", "--cases", str(path)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "runs that ran out of memory, modelled as fitting: 1 of 2" in text
+    assert "over 1 cases in 1 groups" in out.output
