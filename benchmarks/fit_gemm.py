@@ -25,6 +25,8 @@ from deepflow.validation import gemm_case_caps, gemm_microbenchmarks, score_gemm
 def fit() -> dict[tuple[str, str], float]:
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for case in gemm_microbenchmarks():
+        if (case.get("hardware") or {}).get("power_limit_W"):
+            continue  # the matrix rate under a power limit: benchmarks/fit_power.py
         caps = gemm_case_caps(case)
         (unit,) = score_gemm_cases([case], efficiency_override={(caps.family, caps.precision): 1.0})
         ratios[(caps.family, caps.precision)].append(unit["measured_tflops"] / unit["model_tflops"])

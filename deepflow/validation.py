@@ -86,7 +86,8 @@ def _gemm_precision(key: str) -> str:
 
 
 def gemm_case_caps(case: dict[str, Any], *, gemm_efficiency: float | None = None) -> DeviceCaps:
-    """Device capabilities for a GEMM case: its preset, the case's stated peak."""
+    """Device capabilities for a GEMM case: its preset under the case's power limit
+    (``hardware.power_limit_W``, where stated), the case's stated peak at the TDP."""
     peaks = case.get("hardware", {}).get("peak_dense_tflops")
     if not isinstance(peaks, dict) or not peaks:
         raise ConfigError(f"case {case.get('id')!r}: hardware.peak_dense_tflops is missing.")
@@ -96,8 +97,13 @@ def gemm_case_caps(case: dict[str, Any], *, gemm_efficiency: float | None = None
     preset = MAMF_DEVICES.get(name) if isinstance(name, str) else None
     if preset is None:
         preset = accelerator_presets(case)[0]
-    caps = device_caps(load_device(preset), precision)
-    caps = dataclasses.replace(caps, peak_flops=float(peak_tflops) * 1e12)
+    limit = case["hardware"].get("power_limit_W")
+    limited = isinstance(limit, int | float) and not isinstance(limit, bool)
+    device = load_device({"base": preset, **({"power_limit_W": limit} if limited else {})})
+    caps = device_caps(device, precision)
+    # the stated peak (at the TDP), scaled as the preset's by the power limit's matrix rate
+    scale = caps.peak_flops / device_caps(load_device(preset), precision).peak_flops
+    caps = dataclasses.replace(caps, peak_flops=float(peak_tflops) * 1e12 * scale)
     if gemm_efficiency is not None:
         caps = dataclasses.replace(caps, gemm_efficiency=gemm_efficiency)
     return caps

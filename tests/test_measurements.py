@@ -862,3 +862,39 @@ def test_a_run_that_ran_out_of_memory_is_scored_against_feasibility(tmp_path: Pa
     text = " ".join(out.output.split())
     assert "runs that ran out of memory, modelled as fitting: 1 of 2" in text
     assert "over 1 cases in 1 groups" in out.output
+
+
+def test_gemms_under_a_power_limit_set_the_matrix_rate_there_and_only_there() -> None:
+    """FBGEMM's H100 GEMMs at 500 W (group fbgemm_h100_500w) are scored under their limit;
+    benchmarks/fit_power.py's full-clock powers are the calibration's (each precision's rows
+    then average out, geometric mean), and benchmarks/fit_gemm.py leaves them out, so the
+    efficiencies at the TDP are the MAMF rows' alone."""
+    import importlib.util
+
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import gemm_microbenchmarks, score_gemm_cases
+
+    def script(name: str) -> Any:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    limited = [c for c in gemm_microbenchmarks() if c["group"] == "fbgemm_h100_500w"]
+    assert len(limited) == 6 and all(c["hardware"]["power_limit_W"] == 500 for c in limited)
+    rows = score_gemm_cases(limited)
+    for precision in ("bf16", "fp8"):
+        errors = [r["error"] for r in rows if r["precision"] == precision]
+        assert len(errors) == 3
+        assert math.prod(1 + e for e in errors) == pytest.approx(1.0, abs=0.01)
+        assert max(abs(e) for e in errors) < 0.06
+    cal = current_calibration().kernel("hopper")
+    fitted = script("fit_power").fit()
+    assert set(fitted) == {("hopper", "bf16"), ("hopper", "fp8")}
+    for (_, precision), value in fitted.items():
+        assert value == pytest.approx(cal.gemm_full_clock_power_for(precision), abs=6e-4)
+    efficiencies = script("fit_gemm").fit()
+    assert efficiencies[("hopper", "bf16")] == pytest.approx(cal.gemm_efficiency["bf16"], abs=6e-5)
+    assert efficiencies[("hopper", "fp8")] == pytest.approx(cal.gemm_efficiency["fp8"], abs=6e-5)

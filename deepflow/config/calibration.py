@@ -149,6 +149,10 @@ class KernelCalibration:
     gemm_efficiency: Mapping[str, float] = key(
         "gemm_efficiency", gt=0, le=1, keys=PEAK_PRECISIONS, doc="achieved/peak, large GEMMs"
     )
+    gemm_full_clock_power: Mapping[str, float] = key(
+        "gemm_full_clock_power", gt=0, le=1.5, keys=PEAK_PRECISIONS, default={},
+        doc="a large GEMM's power at the TDP's clock / TDP (power-limit law, §A6.2)",
+    )  # fmt: skip
     hbm_efficiency: float = key("hbm_efficiency", gt=0, le=1, doc="streaming kernels")
     l2_bytes_per_clock: float = key("l2_bytes_per_clock", gt=0)
     l1_bytes_per_clock_per_sm: float = key("l1_bytes_per_clock_per_sm", gt=0)
@@ -191,6 +195,17 @@ class KernelCalibration:
         default="register_file",
         doc="where GEMM accumulators live (tile fit, docs/model.md §C6.1a)",
     )
+
+    def gemm_full_clock_power_for(self, precision: str) -> float:
+        """A large GEMM's power at the TDP's clock over the TDP, for ``precision``: the
+        precision's entry, else 16-bit's for the 16-bit and wider formats, else 1 (power-bound
+        at the TDP: the power-limit law of §A6.2 is then linear in the dynamic power)."""
+        power = self.gemm_full_clock_power
+        chain = () if precision in ("fp8", "fp4", "int8") else ("bf16", "fp16")
+        for p in (precision, *chain):
+            if p in power:
+                return power[p]
+        return 1.0
 
     def gemm_efficiency_for(self, precision: str) -> float:
         """GEMM efficiency for ``precision``.

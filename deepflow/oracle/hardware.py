@@ -54,6 +54,7 @@ __all__ = [
     "device_caps",
     "device_summary",
     "power_limit_clock_ratio",
+    "power_limit_matrix_ratio",
     "spec_logic_technology",
 ]
 
@@ -632,6 +633,27 @@ def power_limit_clock_ratio(device: DeviceSpec, idle_power_fraction: float) -> f
     return float(freq)
 
 
+def power_limit_matrix_ratio(
+    device: DeviceSpec, idle_power_fraction: float, full_clock_power: float
+) -> float:
+    """Sustained matrix-unit rate under an enforced power limit, relative to the rate at the
+    TDP (docs/model.md §A6.2).
+
+    A large GEMM at the TDP's clock draws ``full_clock_power`` × TDP (above 1: it is already
+    power-bound at the TDP). Below that power the clock sits on the voltage floor, where the
+    dynamic power is linear in the clock (§B3.1: f = (P_b / P_n)·f_n·(V_n / V_min)²), so the
+    rate scales with the dynamic power, limit − static, static = idle fraction × TDP; at the
+    TDP it is 1. ``full_clock_power`` per family and precision is fitted to GEMM
+    microbenchmarks run under a power limit (``benchmarks/fit_power.py``).
+    """
+    limit = device.power_W
+    if limit >= device.tdp_W:
+        return 1.0
+    static = idle_power_fraction * device.tdp_W
+    full = min(full_clock_power, 1.0) * device.tdp_W
+    return float(min(1.0, max(limit - static, 0.0) / max(full - static, 1e-9)))
+
+
 def device_caps(
     device: DeviceSpec | DesignDeviceSpec, precision: str, *, calibration: Calibration | None = None
 ) -> DeviceCaps:
@@ -661,16 +683,20 @@ def device_caps(
         derived = derived_caps_fields(derive_one(device), precision)
         scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}
         return DeviceCaps(**common, **scalars)
-    # the on-chip clock under a power limit scales the matrix and vector rates and the SRAM
-    # bandwidths (1.0 at the TDP)
+    # under a power limit the on-chip clock scales the vector rates and the SRAM bandwidths,
+    # and the matrix units run at the rate their power allows (1.0 at the TDP; §A6.2)
     clock = power_limit_clock_ratio(device, cal.idle_power_fraction)
-    peak = device.peak_flops[precision] * clock
-    peak16 = device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak / clock))
+    matrix = power_limit_matrix_ratio(device, cal.idle_power_fraction,
+                                      cal.gemm_full_clock_power_for(precision))  # fmt: skip
+    matrix16 = power_limit_matrix_ratio(device, cal.idle_power_fraction,
+                                        cal.gemm_full_clock_power_for("bf16"))  # fmt: skip
+    peak = device.peak_flops[precision] * matrix
+    peak16 = device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak / matrix))
     return DeviceCaps(
         **common,
         peak_flops=peak,
-        peak_flops_16bit=peak16 * clock,
-        vector_flops=device.peak_flops.get("fp32", peak / clock / 16.0) * clock,
+        peak_flops_16bit=peak16 * matrix16,
+        vector_flops=device.peak_flops.get("fp32", peak / matrix / 16.0) * clock,
         num_sms=float(device.num_sms),
         clock_Hz=device.clock_Hz * clock,
         hbm_bandwidth_Bps=device.hbm_bandwidth_Bps,

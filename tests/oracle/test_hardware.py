@@ -238,7 +238,7 @@ def test_a_power_limit_lowers_the_clock_along_the_nodes_v_f_p_law() -> None:
     assert ratio == pytest.approx(float(expect), rel=1e-12)
     assert 0.80 < ratio < 0.88
     caps = device_caps(capped, "bf16")
-    assert caps.peak_flops == pytest.approx(full.peak_flops * ratio)
+    assert caps.vector_flops == pytest.approx(full.vector_flops * ratio)
     assert caps.l2_bandwidth_Bps == pytest.approx(full.l2_bandwidth_Bps * ratio)
     assert caps.hbm_bandwidth_Bps == full.hbm_bandwidth_Bps  # HBM keeps its clock
     assert capped.power_W == 500.0
@@ -246,3 +246,45 @@ def test_a_power_limit_lowers_the_clock_along_the_nodes_v_f_p_law() -> None:
     ratios = [power_limit_clock_ratio(replace(h100, power_limit_W=w), 0.09)
               for w in (700, 600, 500, 400, 300, 150)]  # fmt: skip
     assert ratios == sorted(ratios, reverse=True)
+
+
+def test_the_matrix_units_under_a_power_limit_run_at_the_rate_their_dynamic_power_allows() -> None:
+    """A large GEMM under a limit sits on the voltage floor, linear in the dynamic power
+    (docs/model.md §A6.2): rate / TDP rate = min(1, (limit - static) / (P_full - static)), P_full
+    the family's fitted full-clock power (Hopper BF16 0.972, FP8 0.900 of the TDP; FBGEMM PR
+    #2546 at 500 W); 1 at and above the TDP, never rising as the limit falls; FP8, which draws
+    less at full clock, keeps more of its rate; a family without a fit is power-bound (1)."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.oracle.hardware import (
+        device_caps,
+        power_limit_clock_ratio,
+        power_limit_matrix_ratio,
+    )
+
+    h100 = load_device("h100-sxm5-80gb")
+    assert not isinstance(h100, DesignDeviceSpec)
+    cal = current_calibration().kernel("hopper")
+    assert (cal.gemm_full_clock_power_for("bf16"), cal.gemm_full_clock_power_for("fp8")) == (
+        0.972, 0.900)  # fmt: skip
+    assert cal.gemm_full_clock_power_for("fp16") == 0.972  # 16-bit formats share it
+    assert current_calibration().kernel("ampere").gemm_full_clock_power_for("bf16") == 1.0
+    capped = replace(h100, power_limit_W=500.0)
+    static = 0.09 * 700
+    for precision, full_power in (("bf16", 0.972), ("fp8", 0.900)):
+        ratio = power_limit_matrix_ratio(capped, 0.09, full_power)
+        assert ratio == pytest.approx((500 - static) / (full_power * 700 - static), rel=1e-12)
+        at_tdp, capped_caps = device_caps(h100, precision), device_caps(capped, precision)
+        assert capped_caps.peak_flops == pytest.approx(at_tdp.peak_flops * ratio, rel=1e-12)
+        assert capped_caps.peak_flops_16bit == pytest.approx(
+            at_tdp.peak_flops_16bit * power_limit_matrix_ratio(capped, 0.09, 0.972), rel=1e-12
+        )
+    bf16 = power_limit_matrix_ratio(capped, 0.09, 0.972)
+    fp8 = power_limit_matrix_ratio(capped, 0.09, 0.900)
+    assert 0.70 < bf16 < fp8 < power_limit_clock_ratio(capped, 0.09)
+    assert power_limit_matrix_ratio(h100, 0.09, 0.9) == 1.0
+    assert power_limit_matrix_ratio(replace(h100, power_limit_W=650.0), 0.09, 0.9) == 1.0
+    # power-bound at the TDP (1 and above): linear in the dynamic budget
+    assert power_limit_matrix_ratio(capped, 0.09, 1.3) == pytest.approx(437 / 637, rel=1e-12)
+    ratios = [power_limit_matrix_ratio(replace(h100, power_limit_W=w), 0.09, 0.9)
+              for w in (700, 650, 600, 500, 400, 200, 50)]  # fmt: skip
+    assert ratios == sorted(ratios, reverse=True) and ratios[-1] == 0.0

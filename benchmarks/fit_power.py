@@ -1,0 +1,101 @@
+"""Fit each family's GEMM power at full clock to matmul microbenchmarks run under a power limit.
+
+Run: .venv/bin/python benchmarks/fit_power.py [--write]
+
+One constant per (family, precision), never per case: ``gemm_full_clock_power`` in
+configs/calibration/kernels.yaml, the power a large GEMM draws at the TDP's clock over the TDP.
+Under a power limit below it the matrix units run at the rate their dynamic power allows,
+(limit - static) / (full-clock power - static) of the TDP's rate (the clock on the voltage
+floor, where dynamic power is linear in the clock; docs/model.md §A6.2,
+:func:`deepflow.oracle.hardware.power_limit_matrix_ratio`). The fit makes the geometric mean of
+measured / modelled TFLOP/s 1 over the family's GEMM microbenchmarks of that precision that
+state ``hardware.power_limit_W`` (group fbgemm_h100_500w: pytorch/FBGEMM PR #2546, H100 at
+500 W, BF16 cuBLAS and FP8 row-wise GEMMs at three shapes); the efficiency at the TDP stays
+``benchmarks/fit_gemm.py``'s. Prints the fit and each case; --write updates kernels.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from deepflow.config.calibration import current_calibration
+from deepflow.config.loader import builtin_config_dir, load_device
+from deepflow.validation import (
+    accelerator_presets,
+    gemm_case_caps,
+    gemm_microbenchmarks,
+    score_gemm_cases,
+)
+
+
+def power_limited_cases() -> list[dict[str, Any]]:
+    """The GEMM microbenchmarks run under a stated power limit."""
+    return [c for c in gemm_microbenchmarks() if (c.get("hardware") or {}).get("power_limit_W")]
+
+
+def fit() -> dict[tuple[str, str], float]:
+    """(family, precision) -> the full-clock power over the TDP that the cases imply."""
+    ratios: dict[tuple[str, str, float, float, float], list[float]] = defaultdict(list)
+    for case in power_limited_cases():
+        caps = gemm_case_caps(case)
+        (row,) = score_gemm_cases([case])
+        device = load_device(accelerator_presets(case)[0])  # its TDP; static power below
+        static = current_calibration().kernel(caps.family).idle_power_fraction * device.tdp_W
+        limit = float(case["hardware"]["power_limit_W"])
+        key = (caps.family, caps.precision, device.tdp_W, static, limit)
+        ratios[key].append(row["measured_tflops"] / row["model_tflops"])
+    fitted = {}
+    for (family, precision, tdp, static, limit), values in ratios.items():
+        cal = current_calibration().kernel(family)
+        phi = min(cal.gemm_full_clock_power_for(precision), 1.0)
+        ratio_now = min(1.0, (limit - static) / (phi * tdp - static))
+        ratio = ratio_now * math.exp(sum(map(math.log, values)) / len(values))
+        # ratio = (limit - static) / (phi' tdp - static): above 1 the limit does not bind
+        fitted[(family, precision)] = min((static + (limit - static) / ratio) / tdp, 1.0)
+    return fitted
+
+
+def write(values: dict[tuple[str, str], float], path: Path) -> None:
+    """Set ``gemm_full_clock_power`` entries (six spaces deep under the four-space key, under
+    each two-space family header) in place, keeping the comments."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    family = block = None
+    for i, line in enumerate(lines):
+        if header := re.match(r"^  ([a-z]+):", line):
+            family, block = header.group(1), None
+        elif sub := re.match(r"^    ([a-z_]+):", line):
+            block = sub.group(1)
+        elif (entry := re.match(r"^(      )([a-z0-9]+):\s*[0-9.]+(\s*#.*)?$", line)) and (
+            block == "gemm_full_clock_power" and (family, entry.group(2)) in values
+        ):
+            value = values[(family, entry.group(2))]
+            lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:.3f}{entry.group(3) or ''}\n"
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="update kernels.yaml in place")
+    args = parser.parse_args()
+    fitted = fit()
+    print("fitted gemm_full_clock_power (a large GEMM's power at the TDP's clock / TDP):")
+    for (family, precision), value in sorted(fitted.items()):
+        print(f"  {family:10s} {precision:5s} {value:.3f}")
+    if args.write:
+        path = builtin_config_dir() / "calibration" / "kernels.yaml"
+        write(fitted, path)
+        print(f"wrote {path}")
+    rows = score_gemm_cases(power_limited_cases())
+    print(f"\n{'case':44s} {'measured':>9s} {'model':>9s} {'error':>7s}")
+    for r in rows:
+        print(f"{r['id']:44s} {r['measured_tflops']:9.1f} {r['model_tflops']:9.1f} "
+              f"{100 * r['error']:+6.1f}%")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
