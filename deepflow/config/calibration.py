@@ -198,10 +198,11 @@ class KernelCalibration:
 
     def gemm_full_clock_power_for(self, precision: str) -> float:
         """A large GEMM's power at the TDP's clock over the TDP, for ``precision``: the
-        precision's entry, else 16-bit's for the 16-bit and wider formats, else 1 (power-bound
-        at the TDP: the power-limit law of §A6.2 is then linear in the dynamic power)."""
+        precision's entry, else fp8's for fp4/int8 and 16-bit's for the 16-bit and wider
+        formats (the same matrix units), else 1 (power-bound at the TDP: the power-limit law
+        of §A6.2 is then linear in the dynamic power)."""
         power = self.gemm_full_clock_power
-        chain = () if precision in ("fp8", "fp4", "int8") else ("bf16", "fp16")
+        chain = {"fp8": (), "fp4": ("fp8",), "int8": ("fp8",)}.get(precision, ("bf16", "fp16"))
         for p in (precision, *chain):
             if p in power:
                 return power[p]

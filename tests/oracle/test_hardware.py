@@ -267,6 +267,7 @@ def test_the_matrix_units_under_a_power_limit_run_at_the_rate_their_dynamic_powe
     assert (cal.gemm_full_clock_power_for("bf16"), cal.gemm_full_clock_power_for("fp8")) == (
         0.972, 0.900)  # fmt: skip
     assert cal.gemm_full_clock_power_for("fp16") == 0.972  # 16-bit formats share it
+    assert cal.gemm_full_clock_power_for("int8") == 0.900  # as FP8: the same low-bit units
     assert current_calibration().kernel("ampere").gemm_full_clock_power_for("bf16") == 1.0
     capped = replace(h100, power_limit_W=500.0)
     static = 0.09 * 700
