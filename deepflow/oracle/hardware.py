@@ -690,13 +690,13 @@ def device_caps(
                                       cal.gemm_full_clock_power_for(precision))  # fmt: skip
     matrix16 = power_limit_matrix_ratio(device, cal.idle_power_fraction,
                                         cal.gemm_full_clock_power_for("bf16"))  # fmt: skip
-    peak = device.peak_flops[precision] * matrix
-    peak16 = device.peak_flops.get("bf16", device.peak_flops.get("fp16", peak / matrix))
+    at_tdp = device.peak_flops[precision]
+    peak16 = device.peak_flops.get("bf16", device.peak_flops.get("fp16", at_tdp))
     return DeviceCaps(
         **common,
-        peak_flops=peak,
+        peak_flops=at_tdp * matrix,
         peak_flops_16bit=peak16 * matrix16,
-        vector_flops=device.peak_flops.get("fp32", peak / matrix / 16.0) * clock,
+        vector_flops=device.peak_flops.get("fp32", at_tdp / 16.0) * clock,
         num_sms=float(device.num_sms),
         clock_Hz=device.clock_Hz * clock,
         hbm_bandwidth_Bps=device.hbm_bandwidth_Bps,
