@@ -25,6 +25,7 @@ from typing import Any
 
 from deepflow.config.calibration import current_calibration
 from deepflow.config.loader import builtin_config_dir, load_device
+from deepflow.oracle.hardware import power_limit_matrix_ratio
 from deepflow.validation import (
     accelerator_presets,
     gemm_case_caps,
@@ -40,23 +41,26 @@ def power_limited_cases() -> list[dict[str, Any]]:
 
 def fit() -> dict[tuple[str, str], float]:
     """(family, precision) -> the full-clock power over the TDP that the cases imply."""
-    ratios: dict[tuple[str, str, float, float, float], list[float]] = defaultdict(list)
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    limits: dict[tuple[str, str], tuple[float, float, float]] = {}
     for case in power_limited_cases():
         caps = gemm_case_caps(case)
         (row,) = score_gemm_cases([case])
-        device = load_device(accelerator_presets(case)[0])  # its TDP; static power below
-        static = current_calibration().kernel(caps.family).idle_power_fraction * device.tdp_W
-        limit = float(case["hardware"]["power_limit_W"])
-        key = (caps.family, caps.precision, device.tdp_W, static, limit)
-        ratios[key].append(row["measured_tflops"] / row["model_tflops"])
+        cal = current_calibration().kernel(caps.family)
+        device = load_device({"base": accelerator_presets(case)[0],
+                              "power_limit_W": case["hardware"]["power_limit_W"]})  # fmt: skip
+        # the rate the law gives now, times measured / modelled: the rate the case implies
+        now = power_limit_matrix_ratio(device, cal.idle_power_fraction,
+                                       cal.gemm_full_clock_power_for(caps.precision))  # fmt: skip
+        key = (caps.family, caps.precision)
+        ratios[key].append(now * row["measured_tflops"] / row["model_tflops"])
+        limits[key] = (device.tdp_W, cal.idle_power_fraction * device.tdp_W, device.power_W)
     fitted = {}
-    for (family, precision, tdp, static, limit), values in ratios.items():
-        cal = current_calibration().kernel(family)
-        phi = min(cal.gemm_full_clock_power_for(precision), 1.0)
-        ratio_now = min(1.0, (limit - static) / (phi * tdp - static))
-        ratio = ratio_now * math.exp(sum(map(math.log, values)) / len(values))
-        # ratio = (limit - static) / (phi' tdp - static): above 1 the limit does not bind
-        fitted[(family, precision)] = min((static + (limit - static) / ratio) / tdp, 1.0)
+    for key, values in ratios.items():
+        tdp, static, limit = limits[key]
+        ratio = math.exp(sum(map(math.log, values)) / len(values))
+        # invert ratio = (limit - static) / (full - static); above 1 the limit does not bind
+        fitted[key] = min((static + (limit - static) / ratio) / tdp, 1.0)
     return fitted
 
 
