@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from fit_gemm import set_values  # benchmarks/ is the script's folder
 
 from deepflow.config.calibration import current_calibration
 from deepflow.config.loader import builtin_config_dir, load_device
@@ -65,21 +66,8 @@ def fit() -> dict[tuple[str, str], float]:
 
 
 def write(values: dict[tuple[str, str], float], path: Path) -> None:
-    """Set ``gemm_full_clock_power`` entries (six spaces deep under the four-space key, under
-    each two-space family header) in place, keeping the comments."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    family = block = None
-    for i, line in enumerate(lines):
-        if header := re.match(r"^  ([a-z]+):", line):
-            family, block = header.group(1), None
-        elif sub := re.match(r"^    ([a-z_]+):", line):
-            block = sub.group(1)
-        elif (entry := re.match(r"^(      )([a-z0-9]+):\s*[0-9.]+(\s*#.*)?$", line)) and (
-            block == "gemm_full_clock_power" and (family, entry.group(2)) in values
-        ):
-            value = values[(family, entry.group(2))]
-            lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:.3f}{entry.group(3) or ''}\n"
-    path.write_text("".join(lines), encoding="utf-8")
+    """Set the fitted ``gemm_full_clock_power`` of each (family, precision) in place."""
+    set_values(path, values, indent=6, key="[a-z0-9]+", fmt=".3f", block="gemm_full_clock_power")
 
 
 def main() -> None:

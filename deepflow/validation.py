@@ -130,6 +130,33 @@ def _gemm_shape(case: dict[str, Any]) -> tuple[int, int, int] | None:
     return int(dims[0]), int(dims[1]), int(dims[2])
 
 
+#: Host overheads a GEMM timing may include (``measured.includes_host_overhead``): the
+#: calibration entry of each, in seconds per timed call.
+HOST_OVERHEADS = {"jax_dispatch": lambda cal: cal.jax_dispatch.call_overhead_s}
+
+
+def host_overhead_name(case: dict[str, Any]) -> str | None:
+    """The host overhead the case's timing includes per call (``measured.
+    includes_host_overhead``: a JAX microbenchmark timed with ``jax.block_until_ready`` per
+    call includes the call's dispatch, ``jax_dispatch``; docs/model.md §C6.1), or None."""
+    name = case.get("measured", {}).get("includes_host_overhead")
+    if name is not None and name not in HOST_OVERHEADS:
+        raise ConfigError(f"case {case.get('id')!r}: measured.includes_host_overhead is "
+                          f"{name!r}; known: {', '.join(sorted(HOST_OVERHEADS))}.")  # fmt: skip
+    return name
+
+
+def host_overhead_s(case: dict[str, Any], overheads: Mapping[str, float] | None = None) -> float:
+    """Seconds the case's timing adds per call around the kernel (0 where it adds none), from
+    ``overheads`` (seconds per name) or else the calibration."""
+    name = host_overhead_name(case)
+    if name is None:
+        return 0.0
+    if overheads is not None:
+        return float(overheads[name])
+    return float(HOST_OVERHEADS[name](current_calibration()))
+
+
 def gemm_microbenchmarks() -> list[dict[str, Any]]:
     """The public set's matmul microbenchmarks (``category: gemm_microbenchmark``)."""
     return [c for c in load_measurements() if case_category(c) == "gemm_microbenchmark"]
@@ -139,9 +166,12 @@ def score_gemm_cases(
     cases: list[dict[str, Any]] | None = None,
     *,
     efficiency_override: dict[tuple[str, str], float] | None = None,
+    host_overheads: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Model vs measured matmul TFLOP/s for every GEMM microbenchmark of the public set (the
-    MAMF best-achievable ones against the model's best over a sweep), or for ``cases``."""
+    MAMF best-achievable ones against the model's best over a sweep), or for ``cases``; a
+    timing that includes a host overhead per call is modelled with it (``host_overheads``:
+    seconds per name instead of the calibration's, as benchmarks/fit_gemm.py fits them)."""
     rows = []
     for case in gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
@@ -153,7 +183,8 @@ def score_gemm_cases(
             model = best_achievable_flops(caps) / 1e12
         else:
             result = gemm(caps, *(np.array([float(d)]) for d in shape))
-            model = float(result["flops"][0] / result["time_s"][0]) / 1e12
+            seconds = result["time_s"][0] + host_overhead_s(case, host_overheads)
+            model = float(result["flops"][0] / seconds) / 1e12
         measured = float(case["measured"]["tflops"])
         rows.append(
             {

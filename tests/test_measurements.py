@@ -869,18 +869,8 @@ def test_gemms_under_a_power_limit_set_the_matrix_rate_there_and_only_there() ->
     benchmarks/fit_power.py's full-clock powers are the calibration's (each precision's rows
     then average out, geometric mean), and benchmarks/fit_gemm.py leaves them out, so the
     efficiencies at the TDP are the MAMF rows' alone."""
-    import importlib.util
-
     from deepflow.config.calibration import current_calibration
     from deepflow.validation import gemm_microbenchmarks, score_gemm_cases
-
-    def script(name: str) -> Any:
-        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
 
     limited = [c for c in gemm_microbenchmarks() if c["group"] == "fbgemm_h100_500w"]
     assert len(limited) == 6 and all(c["hardware"]["power_limit_W"] == 500 for c in limited)
@@ -891,10 +881,90 @@ def test_gemms_under_a_power_limit_set_the_matrix_rate_there_and_only_there() ->
         assert math.prod(1 + e for e in errors) == pytest.approx(1.0, abs=0.01)
         assert max(abs(e) for e in errors) < 0.06
     cal = current_calibration().kernel("hopper")
-    fitted = script("fit_power").fit()
+    fitted = _script("fit_power").fit()
     assert set(fitted) == {("hopper", "bf16"), ("hopper", "fp8")}
     for (_, precision), value in fitted.items():
         assert value == pytest.approx(cal.gemm_full_clock_power_for(precision), abs=6e-4)
-    efficiencies = script("fit_gemm").fit()
+    efficiencies, _ = _script("fit_gemm").fit()
     assert efficiencies[("hopper", "bf16")] == pytest.approx(cal.gemm_efficiency["bf16"], abs=6e-5)
     assert efficiencies[("hopper", "fp8")] == pytest.approx(cal.gemm_efficiency["fp8"], abs=6e-5)
+
+
+def _script(name: str) -> Any:
+    """A benchmarks/ script as a module (benchmarks/ on the path, as when it runs)."""
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_jax_timing_per_call_includes_the_dispatch_fitted_with_the_tpu_efficiency() -> None:
+    """JAX's Pallas guide times each XLA matmul with its dispatch (timeit over
+    jax.block_until_ready): the scored model adds frameworks.yaml's jax_dispatch to the kernel,
+    and benchmarks/fit_gemm.py fits that overhead (the 1024^3 row less its modelled kernel)
+    together with the TPU family's efficiency, to the calibration's values."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import gemm_microbenchmarks, host_overhead_s, score_gemm_cases
+
+    cases = [c for c in gemm_microbenchmarks() if c["group"] == "jax_xla_matmul_tpu_v5e"]
+    assert [c["gemm"]["M"] for c in cases] == [1024, 4096, 8192]
+    overhead = current_calibration().jax_dispatch.call_overhead_s
+    assert all(host_overhead_s(c) == overhead for c in cases)
+    assert 50e-6 < overhead < 119.43e-6  # the 1024^3 call, less a kernel of some microseconds
+    with_overhead = score_gemm_cases(cases)
+    without = score_gemm_cases(cases, host_overheads={"jax_dispatch": 0.0})
+    for a, b, case in zip(with_overhead, without, cases, strict=True):
+        flops = 2.0 * case["gemm"]["M"] * case["gemm"]["N"] * case["gemm"]["K"]
+        assert flops / (a["model_tflops"] * 1e12) == pytest.approx(
+            flops / (b["model_tflops"] * 1e12) + overhead, rel=1e-12
+        )
+    assert max(abs(r["error"]) for r in with_overhead) < 0.03
+    efficiencies, overheads = _script("fit_gemm").fit()
+    assert overheads["jax_dispatch"] == pytest.approx(overhead, abs=0.06e-6)
+    tpu = current_calibration().kernel("tpu").gemm_efficiency["bf16"]
+    assert efficiencies[("tpu", "bf16")] == pytest.approx(tpu, abs=6e-5)
+
+
+def test_an_unknown_host_overhead_is_a_clear_error() -> None:
+    from deepflow.validation import host_overhead_s
+
+    case = {"id": "x", "measured": {"includes_host_overhead": "python_loop"}}
+    with pytest.raises(ConfigError, match=r"measured\.includes_host_overhead is 'python_loop'; "
+                                          r"known: jax_dispatch\."):  # fmt: skip
+        host_overhead_s(case)
+    assert host_overhead_s({"id": "y", "measured": {}}) == 0.0
+
+
+def test_fit_writers_set_only_their_own_block(tmp_path: Path) -> None:
+    """benchmarks/fit_gemm.py sets gemm_efficiency's precisions and fit_power.py
+    gemm_full_clock_power's, though both blocks name bf16 and fp8 at the same depth; the host
+    overhead lands in its frameworks.yaml entry."""
+    fit_gemm, fit_power = _script("fit_gemm"), _script("fit_power")
+    path = tmp_path / "kernels.yaml"
+    path.write_text(
+        "families:\n  hopper:\n    gemm_efficiency:\n      bf16: 0.8  # a\n      fp8: 0.7\n"
+        "    gemm_full_clock_power:\n      bf16: 0.9  # b\n      fp8: 0.95\n"
+        "  tpu:\n    gemm_efficiency:\n      bf16: 0.9\n",
+        encoding="utf-8",
+    )
+    fit_gemm.write({("hopper", "bf16"): 0.81234, ("hopper", "fp8"): 0.75}, path)
+    fit_power.write({("hopper", "fp8"): 0.912}, path)
+    assert path.read_text(encoding="utf-8") == (
+        "families:\n  hopper:\n    gemm_efficiency:\n      bf16: 0.8123  # a\n      fp8: 0.7500\n"
+        "    gemm_full_clock_power:\n      bf16: 0.9  # b\n      fp8: 0.912\n"
+        "  tpu:\n    gemm_efficiency:\n      bf16: 0.9\n"
+    )
+    frameworks = tmp_path / "frameworks.yaml"
+    frameworks.write_text("other:\n  x: 1\njax_dispatch:\n  call_overhead_us: 1.0   # c\n",
+                          encoding="utf-8")  # fmt: skip
+    fit_gemm.write_overheads({"jax_dispatch": 106.96e-6}, frameworks)
+    assert frameworks.read_text(encoding="utf-8").endswith("call_overhead_us: 107.0   # c\n")
+    with pytest.raises(SystemExit, match="no 'absent: call_overhead_us' entry"):
+        fit_gemm.write_overheads({"absent": 1e-6}, frameworks)

@@ -120,6 +120,11 @@ class Calibration:
         return _mxfp8_calibration(self.frameworks_path)
 
     @property
+    def jax_dispatch(self) -> DispatchCalibration:
+        """A jitted JAX call's host time around its kernels."""
+        return _dispatch_calibration(self.frameworks_path)
+
+    @property
     def serving(self) -> ServingCalibration:
         """Serving frameworks' measured host costs."""
         return _serving_calibration(self.frameworks_path)
@@ -335,6 +340,23 @@ def _serving_calibration(path: Path) -> ServingCalibration:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DispatchCalibration:
+    """The host time one jitted JAX call adds to a benchmark that times each call to
+    completion (``configs/calibration/frameworks.yaml``, ``jax_dispatch``; docs/model.md
+    §C6.1)."""
+
+    call_overhead_s: float = key(
+        "call_overhead_us", scale=1e-6, ge=0,
+        doc="Python dispatch, launch and the wait for the result, per call",
+    )  # fmt: skip
+
+
+@cache
+def _dispatch_calibration(path: Path) -> DispatchCalibration:
+    return _entry(path, "jax_dispatch", DispatchCalibration)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Float8Calibration:
     """torchao's float8 training recipes beside their GEMMs (``configs/calibration/
     frameworks.yaml``, ``torchao_float8_rowwise``; docs/model.md §C6.4)."""
@@ -464,6 +486,7 @@ def clear_calibration_caches() -> None:
         _framework_calibration,
         _memory_calibration,
         _serving_calibration,
+        _dispatch_calibration,
         _float8_calibration,
         _mxfp8_calibration,
         _network_calibration,

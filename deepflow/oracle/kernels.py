@@ -48,8 +48,13 @@ F = NDArray[np.float64]
 
 #: CTA output tile shapes (T_M, T_N) searched per GEMM: cuBLAS-style tiles from 256×128 down
 #: to narrow tiles for skinny GEMMs (NVIDIA Matrix Multiplication Background guide §3.1 lists
-#: 256×128, 128×256, 128×128, 64×128; the narrow ones stand for split/skinny kernels).
+#: 256×128, 128×256, 128×128, 64×128; the narrow ones stand for split/skinny kernels), and a
+#: 512×512 block for matrix units whose accumulators live in a large scratchpad (a TPU
+#: TensorCore's VMEM: the JAX Pallas TPU matmul guide's blocks of 512 × 1024 reach 92 % of a
+#: v5e's peak where 128 × 128 blocks reach 6 %; docs/model.md §C6.1a). Where the register file
+#: cannot hold its 1 MiB of fp32 accumulators (every shipped GPU) it runs in passes, never best.
 TILE_SHAPES: tuple[tuple[int, int], ...] = (
+    (512, 512),
     (256, 256),
     (256, 128),
     (128, 256),

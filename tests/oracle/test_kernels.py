@@ -38,9 +38,12 @@ def test_tpu_large_gemm_reuses_operands_through_vmem_and_is_compute_bound(tpu: s
     r = gemm(caps, 12288, 32768, 5120)
     at_rate = 2 * 12288 * 32768 * 5120 / (caps.gemm_efficiency * caps.peak_flops)
     assert float(r["time_s"]) < 1.15 * at_rate
-    # Without a shared on-chip level each 256x256 tile streams its own operand panels from
+    # Without VMEM (no shared level, and per MXU only a GPU's 256 KiB, too little for a
+    # 512 × 512 block's accumulators) each 256x256 tile streams its own operand panels from
     # HBM and the same GEMM is HBM-bound at well under half the rate
-    no_vmem = device_caps(dataclasses.replace(device, l2_capacity_B=0.0), "bf16")
+    no_vmem = device_caps(
+        dataclasses.replace(device, l2_capacity_B=0.0, l1_capacity_per_sm_B=256 * 1024.0), "bf16"
+    )
     slow = gemm(no_vmem, 12288, 32768, 5120)
     assert BOUND_LEVELS[int(slow["bound"])] == "hbm"
     assert float(slow["time_s"]) > 1.3 * float(r["time_s"])
@@ -61,7 +64,7 @@ def test_skinny_gemm_is_hbm_bound_and_counts_the_output(a100: DeviceCaps) -> Non
 
 def test_every_public_gemm_microbenchmark_within_10_percent() -> None:
     rows = score_gemm_cases()
-    assert len(rows) == 24
+    assert len(rows) == 25
     # FBGEMM's H100 GEMMs under a 500 W limit, at the fitted full-clock powers (§A6.2)
     limited = [abs(r["error"]) for r in rows if r["group"] == "fbgemm_h100_500w"]
     assert len(limited) == 6 and max(limited) <= 0.06, limited
@@ -71,10 +74,10 @@ def test_every_public_gemm_microbenchmark_within_10_percent() -> None:
     # than the model, whose fixed cost per kernel is the launch alone
     fp4 = [abs(r["error"]) for r in rows if r["group"] == "torchao_nvfp4_b200"]
     assert len(fp4) == 3 and sum(fp4) / 3 <= 0.10 and max(fp4) <= 0.16, fp4
-    # XLA's matmuls on TPU v5e (JAX Pallas guide): 4096³ includes the Python dispatch the
-    # page's timing counts (the model is 12 % faster); 8192³ within 5 %
+    # XLA's matmuls on TPU v5e (JAX Pallas guide), each call timed with its dispatch (fitted
+    # to the 1024³ row): 4096³ and 8192³ within 3 %
     tpu = [abs(r["error"]) for r in rows if r["group"] == "jax_xla_matmul_tpu_v5e"]
-    assert len(tpu) == 2 and max(tpu) <= 0.13, tpu
+    assert len(tpu) == 3 and max(tpu) <= 0.03, tpu
 
 
 def test_wave_quantisation_109_tiles_cost_more_than_one_wave(a100: DeviceCaps) -> None:

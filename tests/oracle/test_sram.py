@@ -20,7 +20,7 @@ from deepflow.oracle.hardware import (
     design_table,
     device_caps,
 )
-from deepflow.oracle.kernels import TILE_SHAPES, gemm, sram_excess_B
+from deepflow.oracle.kernels import BOUND_LEVELS, TILE_SHAPES, gemm, sram_excess_B
 
 # One shape per regime: compute-bound square, skinny (HBM), mid-size (L2 reuse matters).
 SHAPES = ((8192, 8192, 8192), (524288, 8, 128), (4096, 12288, 4096), (2048, 2048, 2048))
@@ -189,3 +189,14 @@ def test_evaluate_says_when_the_sram_is_too_small(tmp_path) -> None:  # type: ig
     assert "on-chip SRAM too small: the smallest GEMM tile needs 8 KiB more per SM" in (
         " ".join(result.output.split())
     )
+
+
+def test_a_scratchpad_holds_a_large_block_where_a_register_file_does_not() -> None:
+    """A TPU v5e's VMEM holds the fp32 accumulators of a 512 × 512 block, so its 8192³ bf16
+    matmul runs with that block and is compute-bound (the JAX Pallas TPU guide's large
+    blocks); an H100's register file cannot hold them and a GPU-sized tile wins there."""
+    tpu = gemm(device_caps(load_device("tpu-v5e"), "bf16"), 8192, 8192, 8192)
+    assert (float(tpu["tile_m"]), float(tpu["tile_n"])) == (512.0, 512.0)
+    assert BOUND_LEVELS[int(tpu["bound"])] == "compute"
+    h100 = gemm(device_caps(load_device("h100-sxm5-80gb"), "bf16"), 8192, 8192, 8192)
+    assert float(h100["tile_m"] * h100["tile_n"]) <= 256 * 256
