@@ -32,8 +32,9 @@ from deepflow.validation import (
     score_gemm_cases,
 )
 
-#: Rounds of the joint fit of efficiencies and host overheads (each moves the other a little:
-#: the overhead is the smallest case's time less its modelled kernel); converged well before.
+#: Most rounds of the joint fit of efficiencies and host overheads (each moves the other a
+#: little: the overhead is the smallest case's time less its modelled kernel); it stops once
+#: the overheads move less than a picosecond (four rounds for JAX's).
 ROUNDS = 20
 
 
@@ -63,11 +64,14 @@ def fit() -> tuple[dict[tuple[str, str], float], dict[str, float]]:
             kernel_s = call_s - host_overhead_s(case, overheads)
             ratios[key].append(call_s / kernel_s * unit["measured_tflops"] / unit["model_tflops"])
         efficiency = {key: math.exp(sum(map(math.log, r)) / len(r)) for key, r in ratios.items()}
+        before = dict(overheads)
         for name, anchor in anchors.items():
             (unit,) = score_gemm_cases([anchor], efficiency_override=efficiency,
                                        host_overheads={name: 0.0})  # fmt: skip
             overheads[name] = _flops(anchor) / 1e12 * (1 / unit["measured_tflops"]
                                                        - 1 / unit["model_tflops"])  # fmt: skip
+        if all(abs(overheads[n] - before[n]) < 1e-12 for n in overheads):
+            break
     return efficiency, overheads
 
 
