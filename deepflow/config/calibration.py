@@ -93,7 +93,7 @@ class Calibration:
     @property
     def framework(self) -> FrameworkCalibration:
         """Framework costs the links do not set."""
-        return _framework_calibration(self.frameworks_path)
+        return _entry(self.frameworks_path, "deepspeed_zero3_2021", FrameworkCalibration)
 
     @property
     def memory(self) -> MemoryCalibration:
@@ -112,22 +112,22 @@ class Calibration:
     @property
     def float8(self) -> Float8Calibration:
         """torchao's float8 training kernels beside the GEMMs."""
-        return _float8_calibration(self.frameworks_path)
+        return _entry(self.frameworks_path, "torchao_float8_rowwise", Float8Calibration)
 
     @property
     def mxfp8(self) -> MXFP8Calibration:
         """Transformer Engine's MXFP8 GEMMs against per-tensor FP8 ones."""
-        return _mxfp8_calibration(self.frameworks_path)
+        return _entry(self.frameworks_path, "transformer_engine_mxfp8", MXFP8Calibration)
 
     @property
     def jax_dispatch(self) -> DispatchCalibration:
         """A jitted JAX call's host time around its kernels."""
-        return _dispatch_calibration(self.frameworks_path)
+        return _entry(self.frameworks_path, "jax_dispatch", DispatchCalibration)
 
     @property
     def serving(self) -> ServingCalibration:
         """Serving frameworks' measured host costs."""
-        return _serving_calibration(self.frameworks_path)
+        return _entry(self.frameworks_path, "tensorrt_llm_pytorch", ServingCalibration)
 
 
 def current_calibration() -> Calibration:
@@ -267,12 +267,8 @@ def framework_calibration() -> FrameworkCalibration:
 
 
 @cache
-def _framework_calibration(path: Path) -> FrameworkCalibration:
-    return _entry(path, "deepspeed_zero3_2021", FrameworkCalibration)
-
-
 def _entry(path: Path, name: str, cls: type[T]) -> T:
-    """The ``name`` mapping of a calibration file as ``cls``."""
+    """The ``name`` mapping of a calibration file as ``cls`` (read once per file and name)."""
     raw = read_yaml(path, what=f"a calibration mapping with key '{name}'")
     ctx = Ctx(str(path)).child(name)
     return build(cls, require_mapping(raw.get(name), ctx), ctx)
@@ -334,11 +330,6 @@ class ServingCalibration:
     )  # fmt: skip
 
 
-@cache
-def _serving_calibration(path: Path) -> ServingCalibration:
-    return _entry(path, "tensorrt_llm_pytorch", ServingCalibration)
-
-
 @dataclass(frozen=True, kw_only=True)
 class DispatchCalibration:
     """The host time one jitted JAX call adds to a benchmark that times each call to
@@ -349,11 +340,6 @@ class DispatchCalibration:
         "call_overhead_us", scale=1e-6, ge=0,
         doc="Python dispatch, launch and the wait for the result, per call",
     )  # fmt: skip
-
-
-@cache
-def _dispatch_calibration(path: Path) -> DispatchCalibration:
-    return _entry(path, "jax_dispatch", DispatchCalibration)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,11 +354,6 @@ class Float8Calibration:
     )  # fmt: skip
 
 
-@cache
-def _float8_calibration(path: Path) -> Float8Calibration:
-    return _entry(path, "torchao_float8_rowwise", Float8Calibration)
-
-
 @dataclass(frozen=True, kw_only=True)
 class MXFP8Calibration:
     """Transformer Engine's MXFP8 recipe beside per-tensor FP8 (``configs/calibration/
@@ -382,11 +363,6 @@ class MXFP8Calibration:
         "gemm_time_ratio", ge=1,
         doc="an MXFP8 GEMM's time / the per-tensor FP8 GEMM's at the same shape",
     )  # fmt: skip
-
-
-@cache
-def _mxfp8_calibration(path: Path) -> MXFP8Calibration:
-    return _entry(path, "transformer_engine_mxfp8", MXFP8Calibration)
 
 
 # ------------------------------------------------------------------- network link classes
@@ -483,12 +459,8 @@ def clear_calibration_caches() -> None:
     for cached in (
         _calibration_path,
         _kernel_calibration,
-        _framework_calibration,
+        _entry,
         _memory_calibration,
-        _serving_calibration,
-        _dispatch_calibration,
-        _float8_calibration,
-        _mxfp8_calibration,
         _network_calibration,
         _current_calibration,
         calibration_from,
