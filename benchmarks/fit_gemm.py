@@ -59,10 +59,12 @@ def fit() -> tuple[dict[tuple[str, str], float], dict[str, float]]:
             key = (caps.family, caps.precision)
             (unit,) = score_gemm_cases([case], efficiency_override={key: 1.0},
                                        host_overheads=dict.fromkeys(overheads, 0.0))  # fmt: skip
-            # the kernel's measured rate: the timed call less its host overhead
-            call_s = _flops(case) / (unit["measured_tflops"] * 1e12)
-            kernel_s = call_s - host_overhead_s(case, overheads)
-            ratios[key].append(call_s / kernel_s * unit["measured_tflops"] / unit["model_tflops"])
+            ratio = unit["measured_tflops"] / unit["model_tflops"]
+            if overhead := host_overhead_s(case, overheads):
+                # the kernel's measured rate: the timed call less its host overhead
+                call_s = _flops(case) / (unit["measured_tflops"] * 1e12)
+                ratio *= call_s / (call_s - overhead)
+            ratios[key].append(ratio)
         efficiency = {key: math.exp(sum(map(math.log, r)) / len(r)) for key, r in ratios.items()}
         before = dict(overheads)
         for name, anchor in anchors.items():
