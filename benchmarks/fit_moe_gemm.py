@@ -1,17 +1,18 @@
-"""Fit the MoE grouped GEMM's per-family constants to the public grouped-GEMM microbenchmarks.
+"""Fit the serving GEMM's per-family constants to the public serving GEMM microbenchmarks.
 
 Run: .venv/bin/python benchmarks/fit_moe_gemm.py [--write]
 
-A grouped GEMM (one MoE layer's experts, each with its own weights and the rows routed to it)
-runs in the serving model at the dense GEMM's roofline bent by two constants of the device
-family (docs/model.md §D1): ``grouped_gemm_efficiency`` (its matrix rate over a dense GEMM's,
-``gemm_efficiency``, where FLOPs dominate) and ``grouped_gemm_overlap_exponent`` p (the FLOP
-and byte times overlap as (t_flops^p + t_bytes^p)^(1/p), so a grouped GEMM near its ridge point
-runs slower than the max of the two). For each family with ``grouped_gemm_microbenchmark``
-cases (DeepGEMM's README table on H800 for hopper) the pair minimises the squared log error of
-the model's TFLOP/s over the cases (a grid search: efficiency 0.50 ... 1.00 by 0.005, p 1.0 ...
-8.0 by 0.05). Prints the fit and the per-case error; ``--write`` updates the two values of the
-family in configs/calibration/kernels.yaml in place (comments kept).
+A serving GEMM runs in the serving model at the dense GEMM's roofline bent by two constants of
+the device family (docs/model.md §D1): ``gemm_overlap_exponent`` p (its FLOP and byte times
+overlap as (t_flops^p + t_bytes^p)^(1/p), so a GEMM near its ridge point runs slower than the
+max of the two; dense and grouped alike) and ``grouped_gemm_efficiency`` (an MoE grouped
+GEMM's matrix rate over a dense GEMM's, ``gemm_efficiency``, where FLOPs dominate). For each
+family with ``grouped_gemm_microbenchmark`` or ``serving_gemm_microbenchmark`` cases
+(DeepGEMM's README tables of grouped and dense FP8 GEMMs on H800 for hopper) the pair minimises
+the squared log error of the model's TFLOP/s over all of them, the dense ones at the dense rate
+(a grid search: efficiency 0.50 ... 1.00 by 0.005, p 1.0 ... 8.0 by 0.05). Prints the fit and
+the per-case error; ``--write`` updates the two values of the family in
+configs/calibration/kernels.yaml in place (comments kept).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import numpy as np
 from fit_gemm import set_values  # benchmarks/ is the script's folder
 
 from deepflow.config.loader import builtin_config_dir
+from deepflow.measurements import case_category
 from deepflow.oracle.hardware import DeviceCaps
-from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+from deepflow.oracle.workloads.inference import serving_gemm_time_s
 from deepflow.validation import (
     gemm_case_caps,
-    grouped_gemm_microbenchmarks,
-    score_grouped_gemm_cases,
+    score_serving_gemm_cases,
+    serving_gemm_microbenchmarks,
 )
 
 EFFICIENCIES = np.round(np.arange(0.50, 1.0001, 0.005), 3)
@@ -42,51 +44,54 @@ KERNELS_YAML = builtin_config_dir() / "calibration" / "kernels.yaml"
 
 
 def fit() -> dict[str, dict[str, float]]:
-    """Family -> the fitted ``grouped_gemm_efficiency`` and ``grouped_gemm_overlap_exponent``."""
-    by_family: dict[str, list[tuple[DeviceCaps, tuple[int, int, int, int], float]]] = defaultdict(
-        list
+    """Family -> the fitted ``grouped_gemm_efficiency`` and ``gemm_overlap_exponent``."""
+    by_family: dict[str, list[tuple[DeviceCaps, tuple[int, int, int, int], bool, float]]] = (
+        defaultdict(list)
     )
-    for case in grouped_gemm_microbenchmarks():
+    for case in serving_gemm_microbenchmarks():
         caps = gemm_case_caps(case)
         spec = case["gemm"]
-        shape = (spec["M"], spec["N"], spec["K"], spec["groups"])
-        by_family[caps.family].append((caps, shape, float(case["measured"]["tflops"])))
+        shape = (spec["M"], spec["N"], spec["K"], spec.get("groups", 1))
+        grouped = case_category(case) == "grouped_gemm_microbenchmark"
+        by_family[caps.family].append((caps, shape, grouped, float(case["measured"]["tflops"])))
     fitted = {}
     for family, cases in by_family.items():
         best = (math.inf, 1.0, math.inf)
         for p in EXPONENTS:
             for eta in EFFICIENCIES:
                 loss = 0.0
-                for caps, (m, n, k, g), measured in cases:
+                for caps, (m, n, k, g), grouped, measured in cases:
                     bent = dataclasses.replace(caps, grouped_gemm_efficiency=float(eta),
-                                               grouped_gemm_overlap_exponent=float(p))  # fmt: skip
-                    t = float(grouped_gemm_time_s(bent, m, n, k, g, sustained=False, launch=False))
+                                               gemm_overlap_exponent=float(p))  # fmt: skip
+                    t = float(serving_gemm_time_s(bent, m, n, k, g, grouped=grouped,
+                                                  sustained=False, launch=False))  # fmt: skip
                     loss += math.log(2.0 * g * m * n * k / t / 1e12 / measured) ** 2
                 if loss < best[0]:
                     best = (loss, float(eta), float(p))
         fitted[family] = {"grouped_gemm_efficiency": best[1],
-                          "grouped_gemm_overlap_exponent": best[2]}  # fmt: skip
+                          "gemm_overlap_exponent": best[2]}  # fmt: skip
     return fitted
 
 
 def write(fitted: dict[str, dict[str, float]], path: Path) -> None:
     """Set the fitted values of each family in kernels.yaml, keeping the comments."""
     values = {(family, name): v for family, row in fitted.items() for name, v in row.items()}
-    set_values(path, values, indent=4, key="grouped_gemm_[a-z_]+", fmt="g")
+    names = "(?:grouped_gemm_efficiency|gemm_overlap_exponent)"
+    set_values(path, values, indent=4, key=names, fmt="g")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update kernels.yaml in place")
     args = parser.parse_args()
-    roofline = {"grouped_gemm_efficiency": 1.0, "grouped_gemm_overlap_exponent": math.inf}
-    plain = score_grouped_gemm_cases(override={"hopper": roofline})
+    roofline = {"grouped_gemm_efficiency": 1.0, "gemm_overlap_exponent": math.inf}
+    plain = score_serving_gemm_cases(override={"hopper": roofline})
     fitted = fit()
-    print("fitted grouped GEMM constants (least squares in log TFLOP/s):")
+    print("fitted serving GEMM constants (least squares in log TFLOP/s):")
     for family, values in sorted(fitted.items()):
         print(f"  {family:10s} " + ", ".join(f"{k} {v:g}" for k, v in values.items()))
-    rows = score_grouped_gemm_cases(override=fitted)
-    print(f"\n{'case':44s} {'measured':>9s} {'dense':>9s} {'fitted':>9s} {'error':>7s}")
+    rows = score_serving_gemm_cases(override=fitted)
+    print(f"\n{'case':44s} {'measured':>9s} {'roofline':>9s} {'fitted':>9s} {'error':>7s}")
     for r, d in zip(rows, plain, strict=True):
         print(f"{r['id']:44s} {r['measured_tflops']:9.1f} {d['model_tflops']:9.1f} "
               f"{r['model_tflops']:9.1f} {100 * r['error']:+6.1f}%")  # fmt: skip

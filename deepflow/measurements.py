@@ -53,7 +53,8 @@ __all__ = [
 ]
 
 #: Case categories deepflow scores.
-CATEGORIES = ("gemm_microbenchmark", "grouped_gemm_microbenchmark", "collective_microbenchmark",
+CATEGORIES = ("gemm_microbenchmark", "grouped_gemm_microbenchmark", "serving_gemm_microbenchmark",
+              "collective_microbenchmark",
               "float8_linear_microbenchmark", "memory_bandwidth_microbenchmark",
               "end_to_end_training", "peak_memory", "inference")  # fmt: skip
 

@@ -37,25 +37,26 @@ __all__ = [
     "FITS_QUANTITY",
     "MAMF_DEVICES",
     "MAMF_SWEEP",
+    "SERVING_GEMM_CATEGORIES",
     "TRAINING_GROUPS",
     "float8_linear_case_caps",
     "float8_linear_microbenchmarks",
     "float8_linear_speedup",
     "gemm_case_caps",
     "gemm_microbenchmarks",
-    "grouped_gemm_microbenchmarks",
     "hbm_stream_case_caps",
     "hbm_stream_microbenchmarks",
     "measured_step_time_s",
     "score_collective_cases",
     "score_float8_linear_case",
     "score_gemm_cases",
-    "score_grouped_gemm_cases",
     "score_hbm_stream_cases",
     "score_inference_case",
     "score_memory_cases",
     "score_out_of_memory_case",
+    "score_serving_gemm_cases",
     "score_training_cases",
+    "serving_gemm_microbenchmarks",
     "training_case_scenario",
     "validation_report",
 ]
@@ -200,40 +201,51 @@ def score_gemm_cases(
     return rows
 
 
-def grouped_gemm_microbenchmarks() -> list[dict[str, Any]]:
-    """The public set's MoE grouped-GEMM microbenchmarks (``category:
-    grouped_gemm_microbenchmark``)."""
-    return [c for c in load_measurements() if case_category(c) == "grouped_gemm_microbenchmark"]
+#: The serving GEMM microbenchmarks' categories: MoE grouped GEMMs and dense GEMMs, both timed
+#: kernel-only and scored by the serving model's GEMM (docs/model.md §D1).
+SERVING_GEMM_CATEGORIES = ("grouped_gemm_microbenchmark", "serving_gemm_microbenchmark")
 
 
-def score_grouped_gemm_cases(
+def serving_gemm_microbenchmarks() -> list[dict[str, Any]]:
+    """The public set's serving GEMM microbenchmarks: MoE grouped GEMMs (``category:
+    grouped_gemm_microbenchmark``) and dense GEMMs across their ridge point (``category:
+    serving_gemm_microbenchmark``)."""
+    return [c for c in load_measurements() if case_category(c) in SERVING_GEMM_CATEGORIES]
+
+
+def score_serving_gemm_cases(
     cases: list[dict[str, Any]] | None = None,
     *,
     override: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Model vs measured TFLOP/s of MoE grouped GEMMs (``gemm.groups`` experts of ``gemm.M``
-    rows each), by the serving model's grouped GEMM at the microbenchmark's clocks, launch
-    excluded (:func:`deepflow.oracle.workloads.inference.grouped_gemm_time_s`). ``override``:
-    family -> DeviceCaps fields (``grouped_gemm_efficiency``, ``grouped_gemm_overlap_exponent``)
-    to score with instead of the calibration's (the fit, ``benchmarks/fit_moe_gemm.py``)."""
-    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+    """Model vs measured TFLOP/s of serving GEMMs, by the serving model's GEMM at the
+    microbenchmark's clocks, launch excluded
+    (:func:`deepflow.oracle.workloads.inference.serving_gemm_time_s`): MoE grouped GEMMs
+    (``gemm.groups`` experts of ``gemm.M`` rows each) and dense ones (``groups`` 1 unless
+    stated). ``override``: family -> DeviceCaps fields (``grouped_gemm_efficiency``,
+    ``gemm_overlap_exponent``) to score with instead of the calibration's (the fit,
+    ``benchmarks/fit_moe_gemm.py``)."""
+    from deepflow.oracle.workloads.inference import serving_gemm_time_s
 
     rows = []
-    for case in grouped_gemm_microbenchmarks() if cases is None else cases:
+    for case in serving_gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
         if override and caps.family in override:
             caps = dataclasses.replace(caps, **override[caps.family])
         shape = _gemm_shape(case)
-        groups = (case.get("gemm") or {}).get("groups")
+        grouped = case_category(case) == "grouped_gemm_microbenchmark"
+        groups = (case.get("gemm") or {}).get("groups", None if grouped else 1)
         if shape is None or not isinstance(groups, int) or groups < 1:
-            raise ConfigError(f"case {case.get('id')!r}: gemm.groups, gemm.M, gemm.N and gemm.K "
-                              "must be positive integers.")  # fmt: skip
+            need = "gemm.groups, gemm.M" if grouped else "gemm.M"
+            raise ConfigError(f"case {case.get('id')!r}: {need}, gemm.N and gemm.K must be "
+                              "positive integers.")  # fmt: skip
         m, n, k = shape
-        time_s = float(grouped_gemm_time_s(caps, m, n, k, groups, sustained=False, launch=False))
+        time_s = float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped,
+                                           sustained=False, launch=False))  # fmt: skip
         model = 2.0 * groups * m * n * k / time_s / 1e12
         measured = float(case["measured"]["tflops"])
         rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
-                     "measured_tflops": measured, "model_tflops": model,
+                     "grouped": grouped, "measured_tflops": measured, "model_tflops": model,
                      "error": model / measured - 1.0})  # fmt: skip
     return rows
 
@@ -589,8 +601,8 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (r,) = score_gemm_cases([case])
         return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
                 "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
-    if kind == "grouped_gemm_microbenchmark":
-        (r,) = score_grouped_gemm_cases([case])
+    if kind in SERVING_GEMM_CATEGORIES:
+        (r,) = score_serving_gemm_cases([case])
         return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
                 "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
     if kind == "memory_bandwidth_microbenchmark":

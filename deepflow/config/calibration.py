@@ -190,9 +190,10 @@ class KernelCalibration:
         "grouped_gemm_efficiency", gt=0, le=1, default=1.0,
         doc="MoE grouped GEMM's matrix rate / a dense GEMM's (docs/model.md §D1)",
     )  # fmt: skip
-    grouped_gemm_overlap_exponent: float = key(
-        "grouped_gemm_overlap_exponent", ge=1, default=math.inf,
-        doc="p of the grouped GEMM's roofline (t_flops^p + t_bytes^p)^(1/p); inf: the max",
+    gemm_overlap_exponent: float = key(
+        "gemm_overlap_exponent", ge=1, default=math.inf,
+        doc="p of a serving GEMM's roofline (t_flops^p + t_bytes^p)^(1/p), dense or grouped; "
+            "inf: the max",
     )  # fmt: skip
     accumulator_store: str = key(
         "accumulator_store",

@@ -530,7 +530,7 @@ class DeviceCaps:
     attention_efficiency_cudnn: float = 0.6
     attention_efficiency_fa3: float = 0.6
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
-    grouped_gemm_overlap_exponent: float = math.inf  # its roofline's p (inf: max of the two)
+    gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     # host <-> device copies (activation offload; docs/model.md §C2.3): PCIe Gen5 x16 unless
     # the device states its own link
@@ -562,7 +562,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
-        "grouped_gemm_overlap_exponent": cal.grouped_gemm_overlap_exponent,
+        "gemm_overlap_exponent": cal.gemm_overlap_exponent,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 

@@ -137,7 +137,7 @@ def test_memory_reserves_are_per_device_family(tmp_path: Path) -> None:
     ("key", "value", "rule"),
     [
         ("grouped_gemm_efficiency", 1.2, "> 0 and <= 1"),
-        ("grouped_gemm_overlap_exponent", 0.5, ">= 1"),
+        ("gemm_overlap_exponent", 0.5, ">= 1"),
     ],
 )
 def test_the_grouped_gemm_constants_are_range_checked(

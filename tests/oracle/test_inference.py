@@ -381,13 +381,13 @@ def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all()
     # Mixtral 8x7B (E = 8, k = 2) in the memory-bound decode of a few requests: under uniform
     # routing a step touches E·(1 − (1 − k/E)^B) distinct experts of a layer, so each extra
     # request adds the grouped-GEMM time of the experts it newly touches (their weight bytes,
-    # with the padded rows' FLOPs overlapping them only in part, §D1), and 64 requests read all 8
-    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+    # with the routed row's FLOPs overlapping them only in part, §D1), and 64 requests read all 8
+    from deepflow.oracle.workloads.inference import serving_gemm_time_s
 
     caps = device_caps(load_device("h100-sxm5-80gb"), "bf16", calibration=current_calibration())
     expert_s = 32 * float(  # 32 layers of SwiGLU experts in bf16, one routed row each
-        grouped_gemm_time_s(caps, 1, 2 * 14336, 4096, 1, launch=False)
-        + grouped_gemm_time_s(caps, 1, 4096, 14336, 1, launch=False)
+        serving_gemm_time_s(caps, 1, 2 * 14336, 4096, 1, launch=False)
+        + serving_gemm_time_s(caps, 1, 4096, 14336, 1, launch=False)
     )
     bandwidth = caps.hbm_efficiency * caps.hbm_bandwidth_Bps
     assert expert_s > 32 * 3 * 4096 * 14336 * 2 / bandwidth  # more than the bytes alone
@@ -405,35 +405,60 @@ def test_moe_decode_reads_more_experts_as_the_batch_grows_and_saturates_at_all()
         added = (touched(b) - touched(1)) * expert_s
         assert steps[b] - steps[1] == pytest.approx(added, rel=0.02)
     assert touched(64) == pytest.approx(8.0, rel=1e-7)
-    # past saturation only the rows grow: the weight reads stop adding time
-    assert steps[256] - steps[64] < 0.1 * (steps[64] - steps[1])
+    # past saturation only the rows grow: the weight reads stop adding time, and the rows'
+    # FLOPs, overlapping them in part, add far less than the reads did
+    assert 0 < steps[256] - steps[64] < 0.5 * (steps[64] - steps[1])
 
 
-# ------------------------------------------------------------------ MoE grouped GEMM (§D1)
+# ------------------------------------------------------------------ serving GEMMs (§D1)
 def test_grouped_gemm_is_the_dense_roofline_bent_by_its_two_constants() -> None:
     """Hand-computable: 4 experts × 256 rows × 4096 × 7168 in FP8 on an H100 at microbenchmark
     clocks, launch excluded: FLOP time 2·4·256·4096·7168 / (peak · gemm_efficiency · η), byte
     time (weights + inputs + 16-bit outputs) / (HBM · hbm_efficiency), joined as a p-norm."""
-    from deepflow.oracle.workloads.inference import grouped_gemm_time_s
+    from deepflow.oracle.workloads.inference import serving_gemm_time_s
 
     caps = device_caps(load_device("h100-sxm5-80gb"), "fp8")
     g, m, n, k = 4, 256, 4096, 7168
     flops_s = 2 * g * m * n * k / (caps.peak_flops * caps.gemm_efficiency)
     bytes_s = (g * (n * k + m * k) + 2 * g * m * n) / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)
 
-    def time(eta: float, p: float) -> float:
+    def time(eta: float, p: float, grouped: bool = True) -> float:
         bent = dataclasses.replace(caps, grouped_gemm_efficiency=eta,
-                                   grouped_gemm_overlap_exponent=p)  # fmt: skip
-        return float(grouped_gemm_time_s(bent, m, n, k, g, sustained=False, launch=False))
+                                   gemm_overlap_exponent=p)  # fmt: skip
+        return float(serving_gemm_time_s(bent, m, n, k, g, grouped=grouped, sustained=False,
+                                         launch=False))  # fmt: skip
 
     assert time(1.0, np.inf) == pytest.approx(max(flops_s, bytes_s), rel=1e-12)
     assert time(0.9, 2.0) == pytest.approx(np.hypot(flops_s / 0.9, bytes_s), rel=1e-12)
+    # a dense GEMM takes the same overlap at the dense rate: η is the grouped kernel's alone
+    assert time(0.9, 2.0, grouped=False) == pytest.approx(np.hypot(flops_s, bytes_s), rel=1e-12)
     # the calibrated hopper constants (DeepGEMM fit) make it slower than the plain roofline,
     # and the job's sustained clocks and the launch only add
-    fitted = float(grouped_gemm_time_s(caps, m, n, k, g, sustained=False, launch=False))
+    fitted = float(serving_gemm_time_s(caps, m, n, k, g, sustained=False, launch=False))
     assert fitted > max(flops_s, bytes_s)
-    assert float(grouped_gemm_time_s(caps, m, n, k, g)) > fitted
-    assert caps.grouped_gemm_efficiency < 1 and np.isfinite(caps.grouped_gemm_overlap_exponent)
+    assert float(serving_gemm_time_s(caps, m, n, k, g)) > fitted
+    assert np.isfinite(caps.gemm_overlap_exponent)
+
+
+def test_a_gemm_tiles_padding_rows_do_not_bend_its_roofline() -> None:
+    """A decode GEMM of one row runs in a 64-row MMA tile: the padded tile's FLOP time sets the
+    roofline's max where it dominates, but only the row's own FLOPs overlap the byte time (a
+    tile's padding rows are issued with its rows), so a weight-read-bound GEMV stays at its
+    byte time and twice the bandwidth halves it."""
+    from deepflow.oracle.workloads.inference import serving_gemm_time_s
+
+    caps = device_caps(load_device("h100-sxm5-80gb"), "fp8")
+    n, k = 14336, 4096
+    row_s = 2 * n * k / (caps.peak_flops * caps.gemm_efficiency)
+    bytes_s = (n * k + k + 2 * n) / (caps.hbm_bandwidth_Bps * caps.hbm_efficiency)
+    p = caps.gemm_overlap_exponent
+    gemv = float(serving_gemm_time_s(caps, 1, n, k, grouped=False, sustained=False, launch=False))
+    assert gemv == pytest.approx(bytes_s * (1 + (row_s / bytes_s) ** p) ** (1 / p), rel=1e-12)
+    assert gemv < 1.01 * bytes_s
+    fast = dataclasses.replace(caps, hbm_bandwidth_Bps=2 * caps.hbm_bandwidth_Bps)
+    halved = float(serving_gemm_time_s(fast, 1, n, k, grouped=False, sustained=False,
+                                       launch=False))  # fmt: skip
+    assert gemv / halved == pytest.approx(2.0, rel=0.01)
 
 
 def test_moe_serving_runs_its_experts_as_grouped_gemms() -> None:

@@ -47,8 +47,8 @@ __all__ = [
     "INFERENCE_COLUMNS",
     "SERVING_OUTPUTS",
     "InferenceWorkload",
-    "grouped_gemm_time_s",
     "inference_step",
+    "serving_gemm_time_s",
 ]
 
 F = NDArray[np.float64]
@@ -131,66 +131,77 @@ def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
           weights: Any = None, *, grouped: bool = False, w_bytes: Any = None) -> Any:  # fmt: skip
     """A serving GEMM (``batch`` of them, ``weights`` elements of B read; default all):
     stream-K / split-K kernels (cuBLASLt, TensorRT-LLM's) spread the MAC loop over every SM,
-    so it runs at the roofline of its bytes and FLOPs, with the rows padded to the MMA tile
+    so its FLOP and byte times are those of the whole GPU, with the rows padded to the MMA tile
     (Hopper wgmma m64, Blackwell tcgen05 m128: ``warp_tile_m``) and the matrix units at the
-    family's sustained rate (docs/model.md §D1); ``grouped``: an MoE layer's grouped GEMM over
-    ``batch`` experts (:func:`grouped_gemm_time_s`); ``w_bytes``: bytes per element of B
-    (default: a quantized layer weight with its block scale)."""
+    family's sustained rate, overlapping in part (:func:`_overlapped`; docs/model.md §D1);
+    ``grouped``: an MoE layer's grouped GEMM over ``batch`` experts, whose matrix units run at
+    ``grouped_gemm_efficiency`` of the dense rate (:func:`serving_gemm_time_s`); ``w_bytes``:
+    bytes per element of B (default: a quantized layer weight with its block scale)."""
     w_bytes = s.w_bytes if w_bytes is None else w_bytes
-    flops_s, bytes_s = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps),
-                                   w_bytes)  # fmt: skip
-    if grouped:
-        return _grouped_roofline(caps, flops_s, bytes_s) + caps.kernel_launch_s
-    return np.maximum(flops_s, bytes_s) + caps.kernel_launch_s
+    times = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps), w_bytes)
+    return _overlapped(caps, *times, grouped=grouped) + caps.kernel_launch_s
 
 
 def _gemm_times(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any, weights: Any,
-                p_out: float, rate: Any, w_bytes: Any = None) -> tuple[Any, Any]:  # fmt: skip
-    """The FLOP seconds (at ``rate``, the rows padded to the MMA tile) and the HBM seconds
-    (A, the ``weights`` elements of B, default all, at ``w_bytes`` each, default the
-    precision's, and ``p_out``-byte outputs) of ``batch`` GEMMs (docs/model.md §D1)."""
+                p_out: float, rate: Any, w_bytes: Any = None) -> tuple[Any, Any, Any]:  # fmt: skip
+    """The FLOP seconds (at ``rate``, the rows padded to the MMA tile), the HBM seconds (A,
+    the ``weights`` elements of B, default all, at ``w_bytes`` each, default the precision's,
+    and ``p_out``-byte outputs) and the FLOP seconds of the rows alone of ``batch`` GEMMs
+    (docs/model.md §D1)."""
+    m = np.asarray(m, dtype=float)
     rows = np.ceil(m / caps.warp_tile_m) * caps.warp_tile_m
     read = batch * k * n if weights is None else weights
     w_bytes = caps.bytes_per_element if w_bytes is None else w_bytes
     nbytes = read * w_bytes + batch * m * k * caps.bytes_per_element + batch * m * n * p_out
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
-    return 2 * batch * rows * n * k / rate, nbytes / bandwidth
+    flops = 2 * batch * n * k / rate
+    return flops * rows, nbytes / bandwidth, flops * m
 
 
-def _grouped_roofline(caps: DeviceCaps, flops_s: Any, bytes_s: Any) -> Any:
-    """A grouped GEMM's time from its dense-rate FLOP time and its byte time: the matrix units
-    at ``grouped_gemm_efficiency`` of a dense GEMM's rate, and the two overlapping only in
-    part, as the p-norm (t_flops^p + t_bytes^p)^(1/p) (p = ``grouped_gemm_overlap_exponent``;
-    p → ∞ is the plain roofline's max). Both are fitted to DeepGEMM's grouped-GEMM table
+def _overlapped(caps: DeviceCaps, flops_s: Any, bytes_s: Any, rows_s: Any, *,
+                grouped: bool) -> Any:  # fmt: skip
+    """A GEMM's time from its FLOP time (``flops_s``, the rows padded to the MMA tile; an MoE
+    grouped GEMM's at ``grouped_gemm_efficiency`` of the dense rate) and its byte time, which
+    overlap only in part: the max of the two bent as the p-norm
+    (1 + r^p)^(1/p), r the smaller over the larger, the FLOPs counted for the GEMM's rows alone
+    (``rows_s``: a tile's padding rows are issued with its rows, not waited for), p =
+    ``gemm_overlap_exponent`` (p → ∞ is the plain roofline's max, p = 1 no overlap); so a GEMM
+    near its ridge point runs slower than the max of the two. DeepGEMM's tables of dense and
+    grouped FP8 GEMMs on H800 show it for both kinds (the plain roofline is 34 % too fast on
+    them); p is fitted to the two together with ``grouped_gemm_efficiency``
     (``benchmarks/fit_moe_gemm.py``; docs/model.md §D1)."""
-    compute = flops_s / caps.grouped_gemm_efficiency
-    p = caps.grouped_gemm_overlap_exponent
+    if grouped:
+        flops_s = flops_s / caps.grouped_gemm_efficiency
+        rows_s = rows_s / caps.grouped_gemm_efficiency
+    p = caps.gemm_overlap_exponent
+    top = np.maximum(flops_s, bytes_s)
     if np.all(np.isinf(p)):
-        return np.maximum(compute, bytes_s)
-    top = np.maximum(compute, bytes_s)
-    ratio = np.minimum(compute, bytes_s) / np.where(top > 0, top, 1.0)
+        return top
+    ratio = np.minimum(rows_s, bytes_s) / np.where(top > 0, top, 1.0)
     return top * (1.0 + ratio**p) ** (1.0 / p)
 
 
-def grouped_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any, *,
-                        sustained: bool = True, launch: bool = True) -> Any:  # fmt: skip
-    """Seconds of an MoE grouped GEMM: ``groups`` experts, each ``m`` rows (tokens routed to
-    it) × ``k`` by its own ``k`` × ``n`` weights, read once; 16-bit outputs. ``sustained``:
-    at the clocks a whole serving job holds (the family's ``training_sustained_fraction``),
-    else at a microbenchmark's; ``launch``: with the kernel's launch latency.
+def serving_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any = 1, *,
+                        grouped: bool = True, sustained: bool = True,
+                        launch: bool = True) -> Any:  # fmt: skip
+    """Seconds of a serving GEMM: ``groups`` GEMMs of ``m`` rows × ``k`` by their own ``k`` ×
+    ``n`` weights, read once; 16-bit outputs. ``grouped``: an MoE grouped GEMM (``groups``
+    experts, ``m`` rows routed to each), else ``groups`` dense GEMMs. ``sustained``: at the
+    clocks a whole serving job holds (the family's ``training_sustained_fraction``), else at a
+    microbenchmark's; ``launch``: with the kernel's launch latency.
 
     Example:
         >>> from deepflow.config.loader import load_device
         >>> from deepflow.oracle.hardware import device_caps
         >>> caps = device_caps(load_device("h100-sxm5-80gb"), "fp8")
-        >>> t = grouped_gemm_time_s(caps, 256, 4096, 7168, 4, sustained=False, launch=False)
+        >>> t = serving_gemm_time_s(caps, 256, 4096, 7168, 4, sustained=False, launch=False)
         >>> 50e-6 < float(t) < 80e-6
         True
     """
     m, n, k, g = (np.asarray(v, dtype=float) for v in (m, n, k, groups))
     rate = _matrix_rate(caps) / (1.0 if sustained else caps.training_sustained_fraction)
     p_out = max(caps.bytes_per_element, 2.0)  # 16-bit outputs (as _Shape.p_act)
-    time = _grouped_roofline(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate))
+    time = _overlapped(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate), grouped=grouped)
     return time + (caps.kernel_launch_s if launch else 0.0)
 
 
