@@ -99,11 +99,13 @@ def gemm_case_caps(case: dict[str, Any], *, gemm_efficiency: float | None = None
     if preset is None:
         preset = accelerator_presets(case)[0]
     limit = case["hardware"].get("power_limit_W")
-    limited = isinstance(limit, int | float) and not isinstance(limit, bool)
-    device = load_device({"base": preset, **({"power_limit_W": limit} if limited else {})})
-    caps = device_caps(device, precision)
-    # the stated peak (at the TDP), scaled as the preset's by the power limit's matrix rate
-    scale = caps.peak_flops / device_caps(load_device(preset), precision).peak_flops
+    caps = device_caps(load_device(preset), precision)
+    scale = 1.0
+    if isinstance(limit, int | float) and not isinstance(limit, bool):
+        # the stated peak (at the TDP), scaled as the preset's by the power limit's matrix rate
+        at_tdp = caps.peak_flops
+        caps = device_caps(load_device({"base": preset, "power_limit_W": limit}), precision)
+        scale = caps.peak_flops / at_tdp
     caps = dataclasses.replace(caps, peak_flops=float(peak_tflops) * 1e12 * scale)
     if gemm_efficiency is not None:
         caps = dataclasses.replace(caps, gemm_efficiency=gemm_efficiency)
