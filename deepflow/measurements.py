@@ -1026,9 +1026,9 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
             raise ConfigError(f"{_where(case)}: inference.{name} must be a number >= 1; got "
                               f"{value!r} (variable lengths are not modelled).")  # fmt: skip
         lengths.append(int(value))
-    offered = _count(_get(inf, "batch_size", "max_concurrency")) or _count(
-        inf.get("num_requests")) or batch  # fmt: skip
-    if offered is None:
+    requests = _count(_get(inf, "batch_size", "max_concurrency")) or _count(
+        inf.get("num_requests"))  # fmt: skip
+    if requests is None and batch is None:
         raise ConfigError(f"{_where(case)}: inference.batch_size (or max_concurrency) is "
                           "missing.")  # fmt: skip
     tp, pp = int(inf.get("tp") or 1), int(inf.get("pp") or 1)
@@ -1045,6 +1045,15 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         ep = int(inf.get("ep") or gpus // pp)
         tp = 1
     dp = max(1, gpus // (tp * pp))
+    if requests is not None and inf.get("attention_dp"):
+        # one server's requests (its concurrency, or an offline run's queue) spread over its
+        # attention-DP ranks, each request on one rank (TensorRT-LLM's ADP scheduler hands them
+        # out round-robin: https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/
+        # tech_blog/blog10_ADP_Balance_Strategy.md, "Baseline: Round-Robin Token
+        # Distribution"), and global_batch_size is what each data-parallel replica is offered
+        # (docs/model.md part D)
+        requests = math.ceil(requests / dp)
+    offered = requests if requests is not None else batch
     raw = {
         "system": {"device": _device(case, device_preset, precision),
                    "network": _network(case, network_preset, per_node),

@@ -163,6 +163,23 @@ def test_attention_data_parallel_moe_runs_attention_per_gpu_and_experts_over_all
     assert row["feasible"] and row["group"] == "trtllm_perf_overview_h200/throughput"
 
 
+def test_attention_data_parallel_spreads_the_servers_requests_over_its_ranks() -> None:
+    # one trtllm-bench instance queues 3,000 requests; its 8 attention-DP ranks take a share
+    # each, and global_batch_size is what one data-parallel replica is offered
+    case = _case("trtllm_q235b_h200_tp8_128_2048")
+    assert case["inference"]["num_requests"] == 3000
+    assert inference_case_scenario(case).workload.global_batch_size == 375
+    case["inference"]["num_requests"] = 3001
+    assert inference_case_scenario(case).workload.global_batch_size == 376
+    # without attention DP the 8 GPUs are one tensor-parallel replica offered all of them
+    del case["inference"]["attention_dp"]
+    assert inference_case_scenario(case).workload.global_batch_size == 3001
+    # a batch the caller offers (the KV-cache probe's) is already one replica's
+    case = _case("trtllm_q235b_h200_tp8_128_2048")
+    del case["inference"]["num_requests"]
+    assert inference_case_scenario(case, batch=40).workload.global_batch_size == 40
+
+
 def test_tensor_parallel_beyond_the_kv_heads_is_read_for_serving() -> None:
     case = _case("trtllm_q235b_h200_tp8_128_2048")
     del case["inference"]["attention_dp"]
