@@ -159,6 +159,9 @@ class SearchContext:
         inner: runs a quick in-memory search of a registered strategy on a cheap problem
             (e.g. a surrogate) and returns the coordinates of every design it evaluated
             (:func:`inner_search`).
+        resumable: the trials live in a persistent store, so the search may be resumed
+            after a kill or joined by other workers: a searcher must then propose from what
+            it was told alone, never from what it asked and the store dropped.
     """
 
     problem: Problem
@@ -166,6 +169,7 @@ class SearchContext:
     model: Any = None
     dataset: Any = None
     inner: Callable[[Problem, SearchConfig], F] | None = None
+    resumable: bool = False
 
 
 def make_searcher(strategy: str, context: SearchContext) -> Searcher:
@@ -649,7 +653,9 @@ def run_search(
     label = storage if isinstance(storage, str) else "<memory>"
     store = storage if isinstance(storage, Store) else open_store(storage)
     try:
-        context = SearchContext(problem, config, surrogate_model, dataset, inner_search)
+        context = SearchContext(
+            problem, config, surrogate_model, dataset, inner_search, resumable=store.persistent
+        )
         searcher = searcher or make_searcher(config.search.strategy, context)
         loop = _Loop(problem, config, store, searcher, progress)
         loop.open(getattr(store, "label", label))

@@ -273,12 +273,15 @@ class OptunaSearcher:
         directions: Any = [o.direction for o in cfg.objectives]
         self.live = optuna.create_study(directions=directions)
         self.pending: dict[tuple[float, ...], Any] = {}
+        self.resumable = context.resumable
         self.num_told = 0
         self.salt = 0
 
     def ask(self, n: int) -> Proposals:
         from deepflow.search.base import Proposals, batch_seed
 
+        if self.pending and self.resumable:
+            self._forget_untold()
         s = self.settings
         seed = int(batch_seed(s.seed, self.num_told, self.salt, 0x0B7).generate_state(1)[0])
         self.salt += 1
@@ -298,6 +301,22 @@ class OptunaSearcher:
             attrs = self.live._storage.get_trial_system_attrs(trial._trial_id)
             sampler.append({k: v for k, v in attrs.items() if not k.startswith("constraints")})
         return Proposals(z, sampler=sampler)
+
+    def _forget_untold(self) -> None:
+        """Drop the trials asked and never told back (by the next ask, every proposal the
+        store kept has been told): the store left them out (stored already, or past the
+        budget), and a worker resumed after a kill never asked them, so they must not stay
+        in the live study as running trials (TPE, NSGA-II and GP propose differently with
+        one there; marking them failed is not enough for NSGA-II). Optuna cannot delete a
+        trial: the told ones move to a fresh study, in order. Only after a dropped proposal
+        of a resumable search (an in-memory one, e.g. an inner search where drops are
+        frequent, cannot be resumed and keeps them)."""
+        import optuna
+
+        told = [t for t in self.live.get_trials(deepcopy=False) if t.state.is_finished()]
+        self.live = optuna.create_study(directions=self.live.directions)
+        self.live.add_trials(told)
+        self.pending.clear()
 
     def tell(self, proposals: Proposals, results: Results) -> None:
         import optuna

@@ -50,12 +50,15 @@ def results_of(problem: ToyProblem, z: np.ndarray) -> Results:
     return Results(values, c, names, (c <= 0).all(axis=1), rows, OBJECTIVES)
 
 
-def told(strategy: str, *, seed: int = 0, start: int = 0) -> tuple[ToyProblem, object]:
+def told(
+    strategy: str, *, seed: int = 0, start: int = 0, resumable: bool = False
+) -> tuple[ToyProblem, object]:
     """A searcher told 8 space-filling designs (a different set for another ``start``)."""
     problem = ToyProblem()
-    searcher = make_searcher(
-        strategy, SearchContext(problem, config(strategy, seed=seed), inner=inner_search)
+    context = SearchContext(
+        problem, config(strategy, seed=seed), inner=inner_search, resumable=resumable
     )
+    searcher = make_searcher(strategy, context)
     u = unit_cube("sobol", seed=start, start=0, stop=8, num_samples=8, dims=4)
     z = problem.search_space.from_unit(u)
     searcher.tell(Proposals(z, source="initial"), results_of(problem, z))
@@ -95,6 +98,24 @@ def test_tell_changes_the_next_ask(strategy: str) -> None:
     searcher.tell(first, results_of(problem, first.z))
     after = searcher.ask(4)
     assert not np.array_equal(after.z, first.z)
+
+
+def _subset(p: Proposals, keep: slice) -> Proposals:
+    return Proposals(p.z[keep], info=p.info[keep], round=p.round, sampler=p.sampler[keep],
+                     source=p.source)  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", SLOW_AS_WELL)
+def test_a_design_the_store_dropped_leaves_no_trace(strategy: str) -> None:
+    # The store drops a proposal already stored (or past the budget); a worker resumed after
+    # a kill never asked it, so the searcher that did must propose as if it had not either.
+    problem, searcher = told(strategy, resumable=True)
+    asked = searcher.ask(4)
+    kept = _subset(asked, slice(0, len(asked) - 1))
+    searcher.tell(kept, results_of(problem, kept.z))
+    fresh = told(strategy, resumable=True)[1]
+    fresh.tell(kept, results_of(problem, kept.z))
+    assert np.array_equal(searcher.ask(4).z, fresh.ask(4).z)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
