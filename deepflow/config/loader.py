@@ -626,7 +626,7 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if not isinstance(model, TransformerSpec):
         _check_kernel_parallel(s, mctx)
         return
-    values = {d: getattr(m, d) for d in (*STRUCTURAL, "pipeline_balance")}
+    values = {d: getattr(m, d) for d in (*STRUCTURAL, "pipeline_balance", "expert_tensor_parallel")}
     broken = first_violation(values, model, serving=wl.kind == "inference")
     if broken is not None:
         key_name, message = broken

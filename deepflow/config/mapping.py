@@ -171,6 +171,72 @@ RULES: tuple[Rule, ...] = (
          | (v["data_parallel"] % v["expert_parallel"] == 0),
          lambda v, m: f"({v['expert_parallel']}) must divide data_parallel "
                       f"({v['data_parallel']}): experts are sharded across data-parallel ranks."),
+    Rule("expert_tensor_parallel", ("tensor_parallel",),
+         lambda v, m: (_etp(v) == 0) | (_etp(v) == v["tensor_parallel"]),
+         lambda v, m: f"({_etp(v)}) must be 0 or tensor_parallel ({v['tensor_parallel']}) in "
+                      "training: the model splits each expert as the dense layers (an expert "
+                      "tensor-parallel degree of its own is modelled for serving only)."),
+)  # fmt: skip
+
+
+def _etp(v: Mapping[str, Any]) -> Any:
+    """The mapping's ``expert_tensor_parallel`` as given (0: tensor_parallel)."""
+    return v.get("expert_tensor_parallel", 0)
+
+
+def expert_groups(v: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """(etp, ep_tp, ep_dp) of a mapping's MoE layers (vectorised): the ranks that split each
+    expert's matrices (``expert_tensor_parallel``, 0 meaning ``tensor_parallel``), the
+    expert-parallel ranks inside each tensor-parallel group (``tensor_parallel / etp``: they
+    see the same tokens) and those across data-parallel replicas (``expert_parallel /
+    ep_tp``: each brings its own tokens). docs/model.md §D1."""
+    tp = np.asarray(v["tensor_parallel"])
+    given = np.asarray(_etp(v))
+    etp = np.where(given > 0, given, tp)
+    ep_tp = tp // np.maximum(etp, 1)
+    ep_dp = np.asarray(v["expert_parallel"]) // np.maximum(ep_tp, 1)
+    return etp, ep_tp, ep_dp
+
+
+def _serving_ep_ok(v: Mapping[str, Any], m: TransformerSpec) -> Any:
+    _, ep_tp, ep_dp = expert_groups(v)
+    ep, dp = v["expert_parallel"], v["data_parallel"]
+    inside = ep % np.maximum(ep_tp, 1) == 0
+    return (m.num_experts <= 1) | (inside & (dp % np.maximum(ep_dp, 1) == 0))
+
+
+def _serving_ep_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
+    etp, ep_tp, ep_dp = (int(a) for a in expert_groups(v))
+    tp, ep, dp = v["tensor_parallel"], v["expert_parallel"], v["data_parallel"]
+    if ep % ep_tp:
+        return (
+            f"({ep}) must be a multiple of the expert-parallel ranks in each tensor-"
+            f"parallel group, tensor_parallel {tp} / expert_tensor_parallel {etp} = {ep_tp}."
+        )
+    if ep_tp == 1:
+        return (
+            f"({ep}) must divide data_parallel ({dp}): experts are sharded across "
+            "data-parallel ranks."
+        )
+    return (f"({ep}) / {ep_tp} (its ranks in each tensor-parallel group) = {ep_dp} must divide "
+            f"data_parallel ({dp}): beyond the tensor-parallel group experts are sharded "
+            "across data-parallel ranks.")  # fmt: skip
+
+
+#: Serving's expert tensor parallelism splits each expert over ranks of a tensor-parallel group.
+SERVING_ETP_RULE = Rule(
+    "expert_tensor_parallel", ("tensor_parallel",),
+    lambda v, m: (m.num_experts <= 1) | (_etp(v) == 0)
+    | (v["tensor_parallel"] % np.maximum(_etp(v), 1) == 0),
+    lambda v, m: f"({_etp(v)}) must divide tensor_parallel ({v['tensor_parallel']}).",
+)  # fmt: skip
+#: Serving's expert-parallel rule: the EP group takes tensor_parallel / expert_tensor_parallel
+#: ranks of each tensor-parallel group, then data-parallel replicas (TensorRT-LLM's
+#: moe_tensor_parallel_size × moe_expert_parallel_size = tp_size; vLLM's expert parallelism
+#: over TP × DP ranks with unsplit experts).
+SERVING_EP_RULE = Rule(
+    "expert_parallel", ("expert_parallel", "data_parallel", "tensor_parallel"),
+    _serving_ep_ok, _serving_ep_message,
 )  # fmt: skip
 
 
@@ -194,8 +260,9 @@ SERVING_TP_RULE = Rule(
 
 def rules_for(serving: bool) -> tuple[Rule, ...]:
     """The rules of a training mapping (:data:`RULES`) or of a serving one (KV heads may be
-    replicated: :data:`SERVING_TP_RULE`)."""
-    return (SERVING_TP_RULE, *RULES[1:]) if serving else RULES
+    replicated: :data:`SERVING_TP_RULE`; experts may be sharded inside the tensor-parallel
+    group: :data:`SERVING_ETP_RULE`, :data:`SERVING_EP_RULE`)."""
+    return (SERVING_TP_RULE, *RULES[1:-2], SERVING_ETP_RULE, SERVING_EP_RULE) if serving else RULES
 
 
 def first_violation(

@@ -370,6 +370,18 @@ class MappingSpec:
     pipeline_parallel: int = knob("pipeline_parallel", workloads=_ALL, ge=1, default=1)
     context_parallel: int = knob("context_parallel", workloads=_LLM, ge=1, default=1)
     expert_parallel: int = knob("expert_parallel", workloads=_LLM, ge=1, default=1)
+    expert_tensor_parallel: int = knob(
+        "expert_tensor_parallel",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="ranks that split each expert's matrices (Megatron-Core --expert-tensor-parallel-"
+        "size, TensorRT-LLM moe_tensor_parallel_size); 0: tensor_parallel. Below "
+        "tensor_parallel (serving only) the tensor_parallel / expert_tensor_parallel ranks of "
+        "each tensor-parallel group hold different experts for the same tokens (vLLM "
+        "--enable-expert-parallel, TensorRT-LLM moe_expert_parallel_size), and the "
+        "expert-parallel group spans data-parallel replicas beyond them",
+    )
     micro_batch_size: int = knob("micro_batch_size", workloads=_LLM, ge=1, default=1)
     virtual_pipeline_stages: int = knob("virtual_pipeline_stages", workloads=_LLM, ge=1, default=1)
     sequence_parallel: bool = knob("sequence_parallel", workloads=_LLM, default=True)

@@ -641,6 +641,11 @@ def _check_combinations(space: DesignSpace, top: Ctx) -> None:
                 raise vctx.child(name).error(
                     f"needs a design-mode device; {spec_mode[0]} is a spec-mode device."
                 )
+        if name == "expert_tensor_parallel":
+            raise vctx.child(name).error(
+                "cannot vary: which expert-parallel degrees are valid depends on it; set it in "
+                "base.mapping (one space per expert layout)."
+            )
         if section == "mapping" and space.base_is_serving and name not in SERVING_MAPPING:
             raise vctx.child(name).error(
                 f"is not read by the serving model (workload.kind: inference varies "
@@ -704,13 +709,15 @@ def _divides(a: int, b: int) -> bool:
 def valid_mappings(
     num_devices: int, model: TransformerSpec, batch: int,
     candidates: Mapping[str, tuple[int, ...] | None], *, serving: bool = False,
-    pipeline_balance: str = "layers",
+    pipeline_balance: str = "layers", expert_tensor_parallel: int = 0,
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order),
     by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`; a
-    serving space's by the serving rules), with the base mapping's pipeline split."""
+    serving space's by the serving rules), with the base mapping's pipeline split and expert
+    tensor parallelism."""
+    fixed = {"pipeline_balance": pipeline_balance, "expert_tensor_parallel": expert_tensor_parallel}
     return mapping_rules.valid_mappings(num_devices, model, batch, candidates, serving=serving,
-                                        fixed={"pipeline_balance": pipeline_balance})  # fmt: skip
+                                        fixed=fixed)  # fmt: skip
 
 
 def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
@@ -743,7 +750,8 @@ def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
     for n, (mi, model), batch in itertools.product(counts, enumerate(models), batches):
         table = valid_mappings(n, model, int(batch), space.candidates,
                                serving=space.base_is_serving,
-                               pipeline_balance=space.base.mapping.pipeline_balance)  # fmt: skip
+                               pipeline_balance=space.base.mapping.pipeline_balance,
+                               expert_tensor_parallel=m.expert_tensor_parallel)  # fmt: skip
         if not len(table):
             raise top.child("variables").error(
                 f"admit no valid mapping for {n} devices, model {model.name}, global_batch_size "

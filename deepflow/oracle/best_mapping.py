@@ -98,7 +98,15 @@ def _picks(scenario: Scenario) -> tuple[NDArray[np.int64], F]:
         "micro_batch_size",
     )
     structural = valid_mappings(
-        n, model, batch, candidates, order=order, fixed={"pipeline_balance": base.pipeline_balance}
+        n,
+        model,
+        batch,
+        candidates,
+        order=order,
+        fixed={
+            "pipeline_balance": base.pipeline_balance,
+            "expert_tensor_parallel": base.expert_tensor_parallel,
+        },
     )
     # Equivalent choices are enumerated once: with fused attention selective recompute
     # changes nothing (§C1.2), and without data parallelism every ZeRO stage is 0.
@@ -234,8 +242,9 @@ def _best_serving_mappings(
                   "data_parallel": None, "context_parallel": (1,),
                   "expert_parallel": (scenario.mapping.expert_parallel,),
                   "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
+    fixed = {"expert_tensor_parallel": scenario.mapping.expert_tensor_parallel}
     valid = valid_mappings(n, model, scenario.workload.global_batch_size, candidates,
-                           serving=True)  # fmt: skip
+                           serving=True, fixed=fixed)  # fmt: skip
     degrees = [STRUCTURAL.index(d) for d in ("tensor_parallel", "pipeline_parallel",
                                              "data_parallel")]  # fmt: skip
     grid = valid[:, degrees].astype(float).reshape(-1, 3)

@@ -296,7 +296,12 @@ def _check_mappings(rows: Sequence[Mapping[str, Any]], model: Any, top: Ctx) -> 
                 f"{used} devices, but the system has {devices}."
             )
         balance = value(row, "pipeline_balance", base.mapping.pipeline_balance)
-        broken = first_violation({**degrees, "pipeline_balance": balance}, spec)
+        etp = value(row, "expert_tensor_parallel", base.mapping.expert_tensor_parallel)
+        broken = first_violation(
+            {**degrees, "pipeline_balance": balance, "expert_tensor_parallel": int(etp)},
+            spec,
+            serving=space.base_is_serving,
+        )
         if broken is not None:
             raise ctx.child(broken[0]).error(broken[1])
         batch = int(value(row, "global_batch_size", base.workload.global_batch_size))

@@ -143,7 +143,9 @@ def test_a_knobs_label_input_comes_from_the_table() -> None:
     xs = decode_x(space, u)
     scenarios = point_scenarios(space, u)
     varied = [k for k in TRANSFORMER if f"x_{k.name}" in xs]
-    assert {k.name for k in TRANSFORMER} - {k.name for k in varied} <= set(STRUCTURAL)
+    # a space cannot vary expert_tensor_parallel: the valid degrees depend on it
+    fixed = {*STRUCTURAL, "expert_tensor_parallel"}
+    assert {k.name for k in TRANSFORMER} - {k.name for k in varied} <= fixed
     for k in varied:
         x = xs[f"x_{k.name}"]
         assert len({str(v) for v in x}) > 1 or k.name == "tp_comm_overlap", k.name  # varied
@@ -157,7 +159,7 @@ def test_a_knobs_best_mapping_entry_comes_from_the_table() -> None:
     columns = enumerate_mappings(scenario)
     assert tuple(columns) == MAPPING_COLUMNS
     # dense model, short sequence; a switched network has no axes to order
-    fixed_by_model = ("context_parallel", "expert_parallel", "grid_axes")
+    fixed_by_model = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "grid_axes")
     # not searched: the oracle charges no time for offload copies (they overlap compute), so
     # a search would always offload; partial recompute is the scenario's choice
     as_set = ("recompute_num_layers", "activation_offload_layers")

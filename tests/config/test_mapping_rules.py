@@ -76,3 +76,89 @@ def test_serving_rules_replicate_kv_heads_everywhere() -> None:
     # training keeps tp 8 only (tp must divide the 8 KV heads; dp 4 divides the batch of 4);
     # serving also replicates them at 16 and 32, and its 3 requests per replica divide nothing
     assert sorted(served[:, 0].tolist()) == [8, 16, 32] and trained[:, 0].tolist() == [8]
+
+
+def _moe(**degrees: int) -> dict[str, int]:
+    return {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 1,
+            "context_parallel": 1, "expert_parallel": 1, "micro_batch_size": 1,
+            "virtual_pipeline_stages": 1, "expert_tensor_parallel": 0, **degrees}  # fmt: skip
+
+
+def test_serving_shards_experts_inside_the_tensor_parallel_group_first() -> None:
+    model = load_model("qwen3-235b-a22b")  # 128 experts, 64 heads, 4 KV heads
+    assert isinstance(model, TransformerSpec)
+    inside = _moe(tensor_parallel=8, expert_parallel=8, expert_tensor_parallel=1)
+    assert first_violation(inside, model, serving=True) is None  # vLLM / TensorRT-LLM EP
+    assert (
+        first_violation(
+            _moe(tensor_parallel=8, expert_parallel=4, expert_tensor_parallel=2),
+            model,
+            serving=True,
+        )
+        is None
+    )  # moe_tp 2 × moe_ep 4 = tp 8
+    # beyond the tensor-parallel group, across replicas: 2 here × 4 replicas
+    across = _moe(tensor_parallel=2, data_parallel=4, expert_parallel=8, expert_tensor_parallel=1)
+    assert first_violation(across, model, serving=True) is None
+    # the default (0: experts split as the dense layers) keeps EP across replicas only
+    assert first_violation(_moe(data_parallel=8, expert_parallel=8), model, serving=True) is None
+    assert first_violation(_moe(tensor_parallel=8, expert_parallel=8), model, serving=True) == (
+        "expert_parallel", "(8) must divide data_parallel (1): experts are sharded across "
+        "data-parallel ranks.")  # fmt: skip
+    assert first_violation(_moe(tensor_parallel=8, expert_parallel=4, expert_tensor_parallel=1),
+                           model, serving=True) == (
+        "expert_parallel", "(4) must be a multiple of the expert-parallel ranks in each "
+        "tensor-parallel group, tensor_parallel 8 / expert_tensor_parallel 1 = 8.")  # fmt: skip
+    assert first_violation(_moe(tensor_parallel=8, expert_parallel=8, expert_tensor_parallel=3),
+                           model, serving=True) == (
+        "expert_tensor_parallel", "(3) must divide tensor_parallel (8).")  # fmt: skip
+    assert first_violation(
+        _moe(tensor_parallel=2, data_parallel=2, expert_parallel=8, expert_tensor_parallel=1),
+        model, serving=True,
+    ) == ("expert_parallel", "(8) / 2 (its ranks in each tensor-parallel group) = 4 must divide "
+          "data_parallel (2): beyond the tensor-parallel group experts are sharded across "
+          "data-parallel ranks.")  # fmt: skip
+    # training splits every expert as its dense layers do
+    trained = _moe(tensor_parallel=4, data_parallel=4, expert_parallel=4, expert_tensor_parallel=1)
+    assert first_violation(trained, model) == (
+        "expert_tensor_parallel", "(1) must be 0 or tensor_parallel (4) in training: the model "
+        "splits each expert as the dense layers (an expert tensor-parallel degree of its own is "
+        "modelled for serving only).")  # fmt: skip
+    # the enumerator applies the same rule with the knob fixed
+    candidates = {"tensor_parallel": (1, 2, 4, 8), "pipeline_parallel": (1,),
+                  "data_parallel": None, "context_parallel": (1,), "expert_parallel": (8,),
+                  "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
+    for etp, tps in ((0, [1]), (1, [1, 2, 4, 8])):
+        table = valid_mappings(8, model, 1, candidates, serving=True,  # type: ignore[arg-type]
+                               expert_tensor_parallel=etp)  # fmt: skip
+        assert sorted(table[:, 0].tolist()) == tps, etp
+
+
+def test_a_scenario_and_a_space_name_the_expert_tensor_parallel_they_cannot_take(
+    write_yaml: Callable[..., Path],
+) -> None:
+    raw = {"workload": {"model": "mixtral-8x7b", "global_batch_size": 8, "precision": "bf16"},
+           "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 2},
+           "mapping": {"tensor_parallel": 2, "expert_tensor_parallel": 1}}  # fmt: skip
+    path = write_yaml(raw)
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value) == (
+        f"{path}: mapping.expert_tensor_parallel (1) must be 0 or tensor_parallel (2) in "
+        "training: the model splits each expert as the dense layers (an expert tensor-parallel "
+        "degree of its own is modelled for serving only)."
+    )
+    raw["workload"] |= {"kind": "inference", "input_tokens": 128, "output_tokens": 128}
+    raw["mapping"]["expert_parallel"] = 2
+    assert load_scenario(write_yaml(raw)).mapping.expert_tensor_parallel == 1
+    from deepflow.datasets.space import space_from_text
+
+    space = {"description": "t", "base": raw, "sampler": "sobol",
+             "variables": {"expert_tensor_parallel": {"type": "categorical",
+                                                      "choices": [1, 2]}}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        space_from_text(yaml.safe_dump(space), file="space.yaml")
+    assert str(err.value) == (
+        "space.yaml: variables.expert_tensor_parallel cannot vary: which expert-parallel "
+        "degrees are valid depends on it; set it in base.mapping (one space per expert layout)."
+    )

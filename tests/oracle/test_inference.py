@@ -253,6 +253,35 @@ def test_moe_decode_reads_only_the_experts_its_tokens_use() -> None:
     assert many["breakdown_s"]["decode_gemm"] / steps > 0.95 * read_all
 
 
+def test_experts_sharded_inside_the_tensor_parallel_group_need_no_all_to_all() -> None:
+    # Mixtral 8x7B on two GPUs: TP 2 splitting every expert (expert_tensor_parallel 0, as the
+    # dense layers) or TP 2 attention with each GPU holding 4 whole experts (vLLM's
+    # --enable-expert-parallel, TensorRT-LLM's moe_expert_parallel_size 2): the same weight
+    # bytes and FLOPs, and both sum the experts' outputs in the MLP's all-reduce
+    kw = {"model": "mixtral-8x7b", "global_batch_size": 32, "batching": "static"}
+    split = evaluate_one(serving(mapping={"tensor_parallel": 2}, devices=2, **kw))
+    inside = {"tensor_parallel": 2, "expert_parallel": 2, "expert_tensor_parallel": 1}
+    whole = evaluate_one(serving(mapping=inside, devices=2, **kw))
+    assert whole["memory_breakdown_B"]["weights"] == split["memory_breakdown_B"]["weights"]
+    assert whole["breakdown_s"]["decode_comm"] == split["breakdown_s"]["decode_comm"]
+    assert whole["breakdown_s"]["decode_gemm"] == pytest.approx(
+        split["breakdown_s"]["decode_gemm"], rel=0.02
+    )
+
+    # beyond the tensor-parallel group the expert-parallel group spans replicas, whose tokens
+    # an all-to-all exchanges; each GPU then holds half as many experts
+    def four(ep: int) -> dict:
+        mapping = {"tensor_parallel": 2, "data_parallel": 2, "expert_parallel": ep,
+                   "expert_tensor_parallel": 1}  # fmt: skip
+        return evaluate_one(serving(mapping=mapping, devices=4, **kw))
+
+    inside, across = four(2), four(4)
+    assert across["breakdown_s"]["decode_comm"] > inside["breakdown_s"]["decode_comm"]
+    expert_bytes = 32 * 3 * 4096 * 14336 * 2  # a whole expert in all 32 layers, bf16
+    saved = inside["memory_breakdown_B"]["weights"] - across["memory_breakdown_B"]["weights"]
+    assert saved == pytest.approx(2 * expert_bytes, rel=1e-9)  # 4 experts -> 2
+
+
 def test_pipeline_stages_keep_micro_batches_in_flight() -> None:
     pp = evaluate_one(serving(model="llama3-70b", devices=4, global_batch_size=64,
                               mapping={"pipeline_parallel": 4}))  # fmt: skip
@@ -297,6 +326,18 @@ def test_batch_equals_loop_of_singles() -> None:
                     "active_batch", "memory_per_device_B", "system_power_W"):  # fmt: skip
             assert table[key][i] == one[key], (key, i)
         assert bool(table["feasible"][i]) == one["feasible"]
+
+
+def test_batch_equals_loop_over_expert_layouts() -> None:
+    s = load_scenario(SCENARIOS / "qwen3-235b-serving-h200.yaml")
+    columns = {"tensor_parallel": [1, 8, 8, 2], "data_parallel": [8, 1, 1, 4],
+               "expert_parallel": [8, 8, 4, 8], "expert_tensor_parallel": [0, 1, 2, 1]}  # fmt: skip
+    table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
+    for i in range(4):
+        mapping = dataclasses.replace(s.mapping, **{k: v[i] for k, v in columns.items()})
+        one = evaluate_one(dataclasses.replace(s, mapping=mapping))
+        for key in ("step_time_s", "ttft_s", "tpot_s", "memory_per_device_B"):
+            assert table[key][i] == one[key], (key, i)
 
 
 #: Llama 3 8B: the linear layers' elements (QKV + output projection + SwiGLU MLP, 32 layers)

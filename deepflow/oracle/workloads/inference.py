@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, MemoryCalibration
+from deepflow.config.mapping import expert_groups
 from deepflow.config.specs import MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
 from deepflow.oracle.network import NetworkModel
@@ -63,6 +64,7 @@ INFERENCE_COLUMNS = (
     "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
+    "expert_tensor_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -92,6 +94,9 @@ class _Shape(NamedTuple):
     pp: F
     dp: F
     ep: F
+    etp: F  # ranks that split each expert's matrices (docs/model.md §D1)
+    ep_tp: F  # expert-parallel ranks inside a tensor-parallel group (the same tokens)
+    ep_dp: F  # expert-parallel ranks across data-parallel replicas (their own tokens)
     p_act: float  # activations and messages stay 16-bit (§C6.4)
     w_bytes: F  # bytes a quantized layer weight takes with its block scale (§D1)
 
@@ -99,14 +104,15 @@ class _Shape(NamedTuple):
 def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
     h, a, tp = x["hidden_size"], x["num_attention_heads"], x["tensor_parallel"]
     d_h = np.where(x["head_dim"] > 0, x["head_dim"], h / a)
+    etp, ep_tp, ep_dp = (np.asarray(v, dtype=float) for v in expert_groups(x))
     return _Shape(
         layers=np.ceil(x["num_layers"] / x["pipeline_parallel"]), h=h, d_h=d_h, q=a / tp,
         # TensorRT-LLM bench/build/tuning.py: adjusted_num_kv_heads = max(tp, kv)
         kv=np.maximum(x["num_kv_heads"] / tp, 1.0), ffn=x["ffn_hidden_size"],
         mats=2.0 + x["swiglu"], vocab=x["vocab_size"], experts=x["num_experts"],
         topk=x["experts_per_token"], moe=x["num_experts"] > 1, tp=tp,
-        pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"],
-        p_act=max(caps.bytes_per_element, 2.0),
+        pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"], etp=etp,
+        ep_tp=ep_tp, ep_dp=ep_dp, p_act=max(caps.bytes_per_element, 2.0),
         w_bytes=caps.bytes_per_element + _scale_bytes(caps, x["weight_scale_block"]),
     )  # fmt: skip
 
@@ -220,18 +226,21 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     proj = _gemm(caps, s, tokens, s.h, s.q * s.d_h)
     up = (s.mats - 1) * s.ffn / s.tp
     dense = _gemm(caps, s, tokens, up, s.h) + _gemm(caps, s, tokens, s.h, s.ffn / s.tp)
-    # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here; under
-    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·ep), so a step
-    # touches E·(1 − (1 − k/E)^B) distinct experts of the E (Fedus et al., JMLR 2022 §2.2, the
-    # token-choice top-k router; the expected coverage of B·k uniform picks). A grouped GEMM
-    # (TensorRT-LLM's and vLLM's fused-MoE kernels) runs only the experts with rows, each
-    # padded to the MMA tile: the routed rows spread over the used experts
+    # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here, each
+    # split etp ways; the group's ep_dp replicas bring their own tokens, its ep_tp ranks of
+    # one tensor-parallel group share theirs. Under uniform routing an expert is used with
+    # probability 1 − (1 − k/E)^(tokens·ep_dp), so a step touches E·(1 − (1 − k/E)^B)
+    # distinct experts of the E (Fedus et al., JMLR 2022 §2.2, the token-choice top-k router;
+    # the expected coverage of B·k uniform picks). A grouped GEMM (TensorRT-LLM's and vLLM's
+    # fused-MoE kernels) runs only the experts with rows, each padded to the MMA tile: the
+    # routed rows spread over the used experts
     local = np.maximum(s.experts / s.ep, 1.0)
-    used = local * -np.expm1(tokens * s.ep * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
-    rows = tokens * s.topk * s.ep * local / np.maximum(s.experts, 1.0)  # routed here
+    used = local * -np.expm1(tokens * s.ep_dp * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
+    rows = tokens * s.topk * s.ep_dp * local / np.maximum(s.experts, 1.0)  # routed here
     per_expert = rows / np.maximum(used, 1e-300)
-    experts = _gemm(caps, s, per_expert, up, s.h, used, used * up * s.h, grouped=True) + _gemm(
-        caps, s, per_expert, s.h, s.ffn / s.tp, used, used * s.ffn / s.tp * s.h, grouped=True
+    up_e, down_e = (s.mats - 1) * s.ffn / s.etp, s.ffn / s.etp
+    experts = _gemm(caps, s, per_expert, up_e, s.h, used, used * up_e * s.h, grouped=True) + _gemm(
+        caps, s, per_expert, s.h, down_e, used, used * down_e * s.h, grouped=True
     )
     # the router stays 16-bit (ModelOpt's default configs leave "*router*" unquantized)
     router = _gemm(caps, s, tokens, s.experts, s.h, w_bytes=s.p_act)
@@ -286,8 +295,14 @@ def _iteration(
     routing = np.where(s.moe, 2 * (s.topk + 1) * tokens * s.h, 0.0)
     elementwise = o.mem((8 * gemm_tokens * s.h + rotary + 3 * expert_tokens * s.ffn / s.tp
                          + routing) * s.p_act, 0.0, np.where(s.moe, 6, 4))  # fmt: skip
+    # the attention's and the MLP's all-reduces over the tensor-parallel group (which also sums
+    # the expert outputs of its ep_tp expert-parallel ranks); an MoE's dispatch and combine
+    # all-to-alls over the ep_dp replicas, each of the ep_tp ranks sending its share of the
+    # tokens they hold alike
     comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0) + np.where(
-        s.moe, 2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act, s.ep, s.tp), 0.0
+        s.moe,
+        2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act / s.ep_tp, s.ep_dp, s.tp),
+        0.0,
     )
     stages = s.pp * s.layers
     send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
@@ -417,7 +432,7 @@ def _memory(
     h, d_h, tp = s.h, s.d_h, s.tp
     attn = h * (s.q + 2 * s.kv) * d_h + s.q * d_h * h
     mlp = s.mats * h * s.ffn / tp
-    linear = attn + np.where(s.moe, mlp * s.experts / s.ep, mlp)
+    linear = attn + np.where(s.moe, s.mats * h * s.ffn / s.etp * s.experts / s.ep, mlp)
     # quantized linear layers with their block scales; the router, norms, embedding and
     # output layer in 16 bits (ModelOpt's _default_disabled_quantizer_cfg: "*lm_head*",
     # "*router*"; the embedding is a lookup table, no linear layer)
