@@ -257,12 +257,13 @@ class SurrogateSearcher(HistorySearcher):
         self.classify = bool((infeasible & ~explained).any())
         return df
 
-    def _fit(self, history_rows: Any) -> None:
+    def _fit(self, history_rows: Any, *, first: bool) -> None:
+        """Fit the surrogate on the dataset and ``history_rows``; the ``first`` fit holds 20 %
+        out (from 50 rows) for the held-out report."""
         from deepflow.surrogate import fit_surrogate
 
         df = self._training_frame(history_rows)
         start = time.perf_counter()
-        first = self.report is None
         from threadpoolctl import threadpool_limits
 
         # One BLAS/OpenMP thread: histogram boosting and torch oversubscribe 2 shared cores
@@ -283,6 +284,36 @@ class SurrogateSearcher(HistorySearcher):
                 self.report = report  # held-out accuracy of the first fit (80/20 split)
         self.timings["fit"] += time.perf_counter() - start
         self.model = model
+
+    def _ensure_fit(self, history: History, rows: Any) -> None:
+        """Fit as an uninterrupted search does at this ask, whatever this process saw before.
+
+        The first fit (at the first ask: on what was told before any search batch) holds rows
+        out for its report; later ones (``refit``) fit every row told. A worker resumed after
+        the first fit makes that fit again first, on the same rows, for the same report (and,
+        without ``refit``, the same model): had it split the rows of now instead, its model,
+        and so its proposals, would differ from the uninterrupted run's (docs/architecture.md).
+        """
+        refit = self.settings.refit
+        if self.model is not None and not refit:
+            return  # a given model, kept
+        if self.report is None and any(p.source == "search" for p in self.batches_told):
+            self._fit(self._rows_before_search(), first=True)
+            self.fitted_on = -1 if refit else history.num
+        if self.model is None or (refit and self.fitted_on != history.num):
+            self._fit(rows if len(rows) else None, first=self.report is None)
+            self.fitted_on = history.num
+
+    def _rows_before_search(self) -> Any:
+        """The rows told before the first search batch (prescreen and space-filling start)."""
+        import pandas as pd
+
+        parts = []
+        for proposals, frame in zip(self.batches_told, self._rows, strict=True):
+            if proposals.source == "search":
+                break
+            parts.append(frame)
+        return pd.concat(parts, ignore_index=True) if parts else None
 
     # ------------------------------------------------------------------ proposing
     @property
@@ -305,10 +336,7 @@ class SurrogateSearcher(HistorySearcher):
 
         from deepflow.search.base import batch_seed
 
-        need_fit = self.model is None or (self.settings.refit and self.fitted_on != history.num)
-        if need_fit:
-            self._fit(rows if len(rows) else None)
-            self.fitted_on = history.num
+        self._ensure_fit(history, rows)
         start = time.perf_counter()
         rng = np.random.default_rng(
             batch_seed(self.config.search.seed, history.num, self.next_salt(), 0xA551)
