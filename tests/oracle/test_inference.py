@@ -406,6 +406,24 @@ def test_best_mapping_ranks_every_serving_split_by_tokens_per_second() -> None:
     assert best16["tokens_per_s"] == one["tokens_per_s"]
 
 
+def test_best_mapping_lays_a_moes_experts_out_both_ways() -> None:
+    from deepflow.oracle.best_mapping import best_mappings
+
+    s = load_scenario(SCENARIOS / "qwen3-235b-serving-h200.yaml")  # 8 GPUs, EP 8
+    result = best_mappings(s, top=50)
+    layouts = [(m["mapping"]["tensor_parallel"], m["mapping"]["data_parallel"],
+                m["mapping"]["expert_tensor_parallel"]) for m in result["mappings"]]  # fmt: skip
+    # attention DP with EP across the replicas (TP 1: both layouts are the same, listed once),
+    # and TP 2, 4, 8 attention with the EP group inside the tensor-parallel group first
+    assert sorted(layouts) == [(1, 8, 0), (2, 4, 1), (4, 2, 1), (8, 1, 1)]
+    assert result["num_valid"] == 4
+    (tp8,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 8]
+    mapping = dataclasses.replace(s.mapping, tensor_parallel=8, data_parallel=1,
+                                  expert_tensor_parallel=1)  # fmt: skip
+    one = evaluate_one(dataclasses.replace(s, mapping=mapping))
+    assert tp8["tokens_per_s"] == one["tokens_per_s"] and tp8["tpot_s"] == one["tpot_s"]
+
+
 def test_the_framework_host_time_bounds_each_iteration() -> None:
     base = evaluate_one(serving(global_batch_size=256))
     assert base["breakdown_s"]["decode_host"] == base["breakdown_s"]["prefill_host"] == 0
