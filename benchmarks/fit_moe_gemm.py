@@ -10,9 +10,11 @@ GEMM's matrix rate over a dense GEMM's, ``gemm_efficiency``, where FLOPs dominat
 family with ``grouped_gemm_microbenchmark`` or ``serving_gemm_microbenchmark`` cases
 (DeepGEMM's README tables of grouped and dense FP8 GEMMs on H800 for hopper) the pair minimises
 the squared log error of the model's TFLOP/s over all of them, the dense ones at the dense rate
-(a grid search: efficiency 0.50 ... 1.00 by 0.005, p 1.0 ... 8.0 by 0.05). Prints the fit and
-the per-case error; ``--write`` updates the two values of the family in
-configs/calibration/kernels.yaml in place (comments kept).
+(a grid search: efficiency 0.50 ... 1.00 by 0.005, p 1.0 ... 8.0 by 0.05), together with
+``gemm_pipeline_round_trip_us`` (0 ... 3 µs by 0.02), the K-loop floor of DeepGEMM's cases (a
+kernel that does not split K: each tile's whole K loop through its pipeline, at most its stages'
+blocks per round trip). Prints the fit and the per-case error; ``--write`` updates the three
+values of the family in configs/calibration/kernels.yaml in place (comments kept).
 """
 
 from __future__ import annotations
@@ -29,23 +31,26 @@ from fit_gemm import set_values  # benchmarks/ is the script's folder
 from deepflow.config.loader import builtin_config_dir
 from deepflow.measurements import case_category
 from deepflow.oracle.hardware import DeviceCaps
-from deepflow.oracle.workloads.inference import serving_gemm_time_s
 from deepflow.validation import (
     gemm_case_caps,
     score_serving_gemm_cases,
+    serving_gemm_case_time_s,
     serving_gemm_microbenchmarks,
 )
 
 EFFICIENCIES = np.round(np.arange(0.50, 1.0001, 0.005), 3)
 EXPONENTS = np.round(np.arange(1.0, 8.0001, 0.05), 2)
+ROUND_TRIPS_US = np.round(np.arange(0.0, 3.0001, 0.02), 2)
 
 #: The calibration file the fitted constants go to.
 KERNELS_YAML = builtin_config_dir() / "calibration" / "kernels.yaml"
 
 
 def fit() -> dict[str, dict[str, float]]:
-    """Family -> the fitted ``grouped_gemm_efficiency`` and ``gemm_overlap_exponent``."""
-    by_family: dict[str, list[tuple[DeviceCaps, tuple[int, int, int, int], bool, float]]] = (
+    """Family -> the fitted ``grouped_gemm_efficiency``, ``gemm_overlap_exponent`` and
+    ``gemm_pipeline_round_trip_s`` (DeepGEMM cases only bound it: the K-loop floor of a
+    kernel that does not split K, docs/model.md §D1)."""
+    by_family: dict[str, list[tuple[dict, DeviceCaps, tuple[int, int, int, int], bool, float]]] = (
         defaultdict(list)
     )
     for case in serving_gemm_microbenchmarks():
@@ -53,30 +58,53 @@ def fit() -> dict[str, dict[str, float]]:
         spec = case["gemm"]
         shape = (spec["M"], spec["N"], spec["K"], spec.get("groups", 1))
         grouped = case_category(case) == "grouped_gemm_microbenchmark"
-        by_family[caps.family].append((caps, shape, grouped, float(case["measured"]["tflops"])))
+        by_family[caps.family].append(
+            (case, caps, shape, grouped, float(case["measured"]["tflops"]))
+        )
     fitted = {}
+    trips = ROUND_TRIPS_US * 1e-6
     for family, cases in by_family.items():
-        best = (math.inf, 1.0, math.inf)
+        best = (math.inf, 1.0, math.inf, 0.0)
         for p in EXPONENTS:
             for eta in EFFICIENCIES:
-                loss = 0.0
-                for caps, (m, n, k, g), grouped, measured in cases:
-                    bent = dataclasses.replace(caps, grouped_gemm_efficiency=float(eta),
-                                               gemm_overlap_exponent=float(p))  # fmt: skip
-                    t = float(serving_gemm_time_s(bent, m, n, k, g, grouped=grouped,
-                                                  sustained=False, launch=False))  # fmt: skip
-                    loss += math.log(2.0 * g * m * n * k / t / 1e12 / measured) ** 2
-                if loss < best[0]:
-                    best = (loss, float(eta), float(p))
-        fitted[family] = {"grouped_gemm_efficiency": best[1],
-                          "gemm_overlap_exponent": best[2]}  # fmt: skip
+                # each case's time without the floor, and its floor per second of round trip
+                body, unit, flops = [], [], []
+                for case, caps, (m, n, k, g), grouped, measured in cases:
+                    bent = dataclasses.replace(
+                        caps,
+                        grouped_gemm_efficiency=float(eta),
+                        gemm_overlap_exponent=float(p),
+                        gemm_pipeline_round_trip_s=1.0,
+                    )
+                    no_floor = dataclasses.replace(bent, gemm_pipeline_round_trip_s=0.0)
+                    body.append(serving_gemm_case_time_s(case, no_floor, m, n, k, g,
+                                                         grouped=grouped))  # fmt: skip
+                    unit.append(serving_gemm_case_time_s(case, bent, m, n, k, g,
+                                                         grouped=grouped))  # fmt: skip
+                    flops.append(2.0 * g * m * n * k / 1e12 / measured)
+                b, u, f = (np.asarray(v) for v in (body, unit, flops))
+                # the floor of a case at round trip L is L x its value at 1 s (where it binds)
+                floor = np.where(u > b, u, 0.0)
+                t = np.maximum(b[None, :], trips[:, None] * floor[None, :])
+                loss = (np.log(f[None, :] / t) ** 2).sum(axis=1)
+                i = int(np.argmin(loss))
+                if loss[i] < best[0] - 1e-12:
+                    best = (float(loss[i]), float(eta), float(p), float(trips[i]))
+        fitted[family] = {"grouped_gemm_efficiency": best[1], "gemm_overlap_exponent": best[2],
+                          "gemm_pipeline_round_trip_s": best[3]}  # fmt: skip
     return fitted
 
 
 def write(fitted: dict[str, dict[str, float]], path: Path) -> None:
-    """Set the fitted values of each family in kernels.yaml, keeping the comments."""
-    values = {(family, name): v for family, row in fitted.items() for name, v in row.items()}
-    names = "(?:grouped_gemm_efficiency|gemm_overlap_exponent)"
+    """Set the fitted values of each family in kernels.yaml, keeping the comments (the round
+    trip in microseconds, the file's unit)."""
+    values = {}
+    for family, row in fitted.items():
+        for name, v in row.items():
+            if name == "gemm_pipeline_round_trip_s":
+                name, v = "gemm_pipeline_round_trip_us", round(v * 1e6, 2)
+            values[(family, name)] = v
+    names = "(?:grouped_gemm_efficiency|gemm_overlap_exponent|gemm_pipeline_round_trip_us)"
     set_values(path, values, indent=4, key=names, fmt="g")
 
 
@@ -84,7 +112,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update kernels.yaml in place")
     args = parser.parse_args()
-    roofline = {"grouped_gemm_efficiency": 1.0, "gemm_overlap_exponent": math.inf}
+    roofline = {
+        "grouped_gemm_efficiency": 1.0,
+        "gemm_overlap_exponent": math.inf,
+        "gemm_pipeline_round_trip_s": 0.0,
+    }
     plain = score_serving_gemm_cases(override={"hopper": roofline})
     fitted = fit()
     print("fitted serving GEMM constants (least squares in log TFLOP/s):")

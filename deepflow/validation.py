@@ -224,11 +224,10 @@ def score_serving_gemm_cases(
     microbenchmark's clocks, launch excluded
     (:func:`deepflow.oracle.workloads.inference.serving_gemm_time_s`): MoE grouped GEMMs
     (``gemm.groups`` experts of ``gemm.M`` rows each) and dense ones (``groups`` 1 unless
-    stated). ``override``: family -> DeviceCaps fields (``grouped_gemm_efficiency``,
-    ``gemm_overlap_exponent``) to score with instead of the calibration's (the fit,
+    stated); a DeepGEMM case by that kernel (:func:`serving_gemm_case_time_s`). ``override``:
+    family -> DeviceCaps fields (``grouped_gemm_efficiency``, ``gemm_overlap_exponent``,
+    ``gemm_pipeline_round_trip_s``) to score with instead of the calibration's (the fit,
     ``benchmarks/fit_moe_gemm.py``)."""
-    from deepflow.oracle.workloads.inference import serving_gemm_time_s
-
     rows = []
     for case in serving_gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
@@ -242,14 +241,31 @@ def score_serving_gemm_cases(
             raise ConfigError(f"case {case.get('id')!r}: {need}, gemm.N and gemm.K must be "
                               "positive integers.")  # fmt: skip
         m, n, k = shape
-        time_s = float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped,
-                                           sustained=False, launch=False))  # fmt: skip
+        time_s = serving_gemm_case_time_s(case, caps, m, n, k, groups, grouped=grouped)
         model = 2.0 * groups * m * n * k / time_s / 1e12
         measured = float(case["measured"]["tflops"])
         rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
                      "grouped": grouped, "measured_tflops": measured, "model_tflops": model,
                      "error": model / measured - 1.0})  # fmt: skip
     return rows
+
+
+def serving_gemm_case_time_s(case: dict[str, Any], caps: DeviceCaps, m: int, n: int, k: int,
+                             groups: int, *, grouped: bool) -> float:  # fmt: skip
+    """Kernel seconds of a serving GEMM microbenchmark at its clocks, launch excluded: the
+    serving model's GEMM (:func:`deepflow.oracle.workloads.inference.serving_gemm_time_s`), or,
+    where the case's ``gemm.op`` names DeepGEMM (``deep_gemm.``), that kernel with its own
+    tiling and K-loop floor (:func:`~deepflow.oracle.workloads.inference.deepgemm_time_s`;
+    ``gemm.layout`` contiguous: its M-aligned grouped layout)."""
+    from deepflow.oracle.workloads.inference import deepgemm_time_s, serving_gemm_time_s
+
+    spec = case.get("gemm") or {}
+    if "deep_gemm." in str(spec.get("op", "")):
+        contiguous = spec.get("layout") == "contiguous"
+        return deepgemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=False,
+                               launch=False, contiguous=contiguous)  # fmt: skip
+    return float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=False,
+                                     launch=False))  # fmt: skip
 
 
 def hbm_stream_microbenchmarks() -> list[dict[str, Any]]:

@@ -195,6 +195,12 @@ class KernelCalibration:
         doc="p of a serving GEMM's roofline (t_flops^p + t_bytes^p)^(1/p), dense or grouped; "
             "inf: the max",
     )  # fmt: skip
+    gemm_pipeline_round_trip_s: float = key(
+        "gemm_pipeline_round_trip_us", scale=1e-6, ge=0, default=0.0,
+        doc="loaded latency of one operand-load round trip of a GEMM's multi-stage pipeline: a "
+            "kernel that does not split K runs each tile's K loop at no more than its stages' "
+            "blocks per round trip (docs/model.md §D1); 0: no floor",
+    )  # fmt: skip
     accumulator_store: str = key(
         "accumulator_store",
         choices=("register_file", "l1"),

@@ -531,6 +531,7 @@ class DeviceCaps:
     attention_efficiency_fa3: float = 0.6
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
+    gemm_pipeline_round_trip_s: float = 0.0  # a GEMM pipeline's load round trip (0: no floor)
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     # host <-> device copies (activation offload; docs/model.md §C2.3): PCIe Gen5 x16 unless
     # the device states its own link
@@ -563,6 +564,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
+        "gemm_pipeline_round_trip_s": cal.gemm_pipeline_round_trip_s,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }
 

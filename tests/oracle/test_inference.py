@@ -499,6 +499,41 @@ def test_grouped_gemm_is_the_dense_roofline_bent_by_its_two_constants() -> None:
     assert np.isfinite(caps.gemm_overlap_exponent)
 
 
+def test_deepgemms_k_loop_floor_binds_one_narrow_tile_per_sm_over_a_deep_k() -> None:
+    # DeepGEMM does not split K: its JIT fills the 132 SMs with one 64 x 16 tile each for
+    # DeepSeek-V3's 2112 x 7168 projection at 64 rows (get_best_configs @ 55ab91f), so each SM
+    # runs all 56 K blocks through its 8 stages; the floor is 56 round trips / 8
+    from deepflow.oracle.workloads.inference import (
+        deepgemm_tiling,
+        deepgemm_time_s,
+        serving_gemm_time_s,
+    )
+    from deepflow.validation import serving_gemm_microbenchmarks
+
+    assert deepgemm_tiling(64, 2112, 7168) == (64, 16, 1, 8)
+    assert deepgemm_tiling(4096, 2112, 7168) == (128, 144, 4, 5)  # 480 tiles in 4 waves
+    caps = device_caps(load_device("h100-sxm5-80gb"), "fp8", calibration=current_calibration())
+    trip = caps.gemm_pipeline_round_trip_s
+    assert 0.5e-6 < trip < 3e-6
+    t = deepgemm_time_s(caps, 64, 2112, 7168, sustained=False, launch=False)
+    assert t == pytest.approx(56 * trip / 8)
+    body = float(serving_gemm_time_s(caps, 64, 2112, 7168, sustained=False, launch=False))
+    assert body < t
+    # among DeepGEMM's 28 published shapes it binds only those of one narrow tile per SM
+    bound = []
+    for case in serving_gemm_microbenchmarks():
+        g = case["gemm"]
+        groups, contiguous = g.get("groups", 1), g.get("layout") == "contiguous"
+        grouped = "layout" in g
+        args = (caps, g["M"], g["N"], g["K"], groups)
+        with_floor = deepgemm_time_s(*args, grouped=grouped, contiguous=contiguous,
+                                     sustained=False, launch=False)  # fmt: skip
+        plain = float(serving_gemm_time_s(*args, grouped=grouped, sustained=False, launch=False))
+        if with_floor > plain:
+            bound.append((g["M"], g["N"], g["K"]))
+    assert sorted(bound) == [(64, 2112, 7168), (128, 2112, 7168)]
+
+
 def test_a_gemm_tiles_padding_rows_do_not_bend_its_roofline() -> None:
     """A decode GEMM of one row runs in a 64-row MMA tile: the padded tile's FLOP time sets the
     roofline's max where it dominates, but only the row's own FLOPs overlap the byte time (a

@@ -29,6 +29,7 @@ reuse the training model's kernels and collectives:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -48,6 +49,8 @@ __all__ = [
     "INFERENCE_COLUMNS",
     "SERVING_OUTPUTS",
     "InferenceWorkload",
+    "deepgemm_tiling",
+    "deepgemm_time_s",
     "inference_step",
     "serving_gemm_time_s",
 ]
@@ -209,6 +212,72 @@ def serving_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any = 
     p_out = max(caps.bytes_per_element, 2.0)  # 16-bit outputs (as _Shape.p_act)
     time = _overlapped(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate), grouped=grouped)
     return time + (caps.kernel_launch_s if launch else 0.0)
+
+
+#: DeepGEMM's K block (BLOCK_K of its FP8 kernels) and the shared memory its stages fit in
+#: (sm90_capacity), at deepseek-ai/DeepGEMM@55ab91f deep_gemm/jit_kernels/gemm.py.
+_DEEPGEMM_BLOCK_K, _DEEPGEMM_SMEM_B = 128, 232448
+
+
+def deepgemm_tiling(m: int, n: int, k: int, groups: int = 1, *, num_sms: int = 132,
+                    contiguous: bool = False) -> tuple[int, int, int, int]:  # fmt: skip
+    """(block_m, block_n, waves, stages) of DeepGEMM's FP8 GEMM as its JIT picks them
+    (deepseek-ai/DeepGEMM@55ab91f, deep_gemm/jit_kernels/gemm.py ``get_best_configs``):
+    block_m 64 for m <= 64 else 128 (a contiguous grouped layout: 128, its M alignment), the
+    block_n of 16 ... 128 by 8, 144 or 160 with the fewest waves of output tiles over the SMs,
+    then the fullest last wave, then the narrowest; the most pipeline stages (8 ... 4; 4 only
+    for a block_n sharing few factors with 128) whose operand buffers fit its shared memory.
+    ``m`` is rows per group (the masked layout's expected rows; a contiguous layout's ``m`` is
+    all groups' rows). docs/model.md §D1.
+
+    Example:
+        >>> deepgemm_tiling(64, 2112, 7168)  # one 64 x 16 tile per SM, a single wave
+        (64, 16, 1, 8)
+    """
+    block_ms = (128,) if contiguous else (64 if m <= 64 else 128,)
+    block_ns = (*range(16, 129, 8), 144, 160)
+    count = 1 if contiguous else groups
+
+    def tiles(bm: int, bn: int) -> int:
+        return -(-m // bm) * -(-n // bn) * count
+
+    def rank(bm: int, bn: int) -> tuple[int, int, int, int]:
+        waves, last = -(-tiles(bm, bn) // num_sms), tiles(bm, bn) % num_sms or num_sms
+        return (waves, -last, -bm, bn)  # fewest waves, fullest last wave, larger M, narrower N
+
+    bm, bn = min(((bm, bn) for bm in block_ms for bn in block_ns), key=lambda t: rank(*t))
+    stages_to_try: tuple[int, ...] = (8, 7, 6, 5, 4)
+    if 128 % bn and 128 // math.gcd(128, bn) <= 4:
+        stages_to_try = (4,)
+    blocks_k = -(-k // _DEEPGEMM_BLOCK_K)
+    scales_b = -(-blocks_k * 4 * (1 if _DEEPGEMM_BLOCK_K % bn == 0 else 2) // 8) * 8
+
+    def smem(stages: int) -> int:
+        per_stage = (bm + bn) * _DEEPGEMM_BLOCK_K + bm * 4 + 16
+        return bm * bn * 2 + stages * per_stage + scales_b
+
+    stages = next((st for st in stages_to_try if smem(st) <= _DEEPGEMM_SMEM_B), 4)
+    return bm, bn, -(-tiles(bm, bn) // num_sms), stages
+
+
+def deepgemm_time_s(caps: DeviceCaps, m: int, n: int, k: int, groups: int = 1, *,
+                    grouped: bool = False, contiguous: bool = False, sustained: bool = True,
+                    launch: bool = True) -> float:  # fmt: skip
+    """Seconds of a DeepGEMM FP8 GEMM: the serving GEMM (:func:`serving_gemm_time_s`) or, where
+    longer, its K-loop floor. DeepGEMM does not split K: each output tile's CTA runs the whole
+    K loop, ⌈K/128⌉ blocks through its ``stages``-deep TMA pipeline, at most ``stages`` blocks
+    per load round trip (Little's law on the pipeline: the family's
+    ``gemm_pipeline_round_trip_s``), so a wave lasts at least ⌈K/128⌉ · round trip / stages
+    (:func:`deepgemm_tiling`; docs/model.md §D1). It binds where one narrow tile per SM loops
+    over a deep K (DeepSeek-V3's 2112 × 7168 projection at 64 and 128 rows)."""
+    rows = m * groups if contiguous else m
+    _, _, waves, stages = deepgemm_tiling(rows, n, k, groups, num_sms=int(caps.num_sms),
+                                          contiguous=contiguous)  # fmt: skip
+    blocks_k = -(-k // _DEEPGEMM_BLOCK_K)
+    floor = waves * blocks_k * caps.gemm_pipeline_round_trip_s / stages
+    body = float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=sustained,
+                                     launch=False))  # fmt: skip
+    return max(body, floor) + (caps.kernel_launch_s if launch else 0.0)
 
 
 def _matrix_rate(caps: DeviceCaps) -> Any:
