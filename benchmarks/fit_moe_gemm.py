@@ -64,28 +64,33 @@ def fit() -> dict[str, dict[str, float]]:
     fitted = {}
     trips = ROUND_TRIPS_US * 1e-6
     for family, cases in by_family.items():
+        # each case's K-loop floor per second of round trip (0 where it has none: not a
+        # DeepGEMM case) and its FLOPs over its measured rate; neither depends on p or eta
+        unit, flops = [], []
+        for case, caps, (m, n, k, g), grouped, measured in cases:
+            with_floor, without = (
+                serving_gemm_case_time_s(
+                    case, dataclasses.replace(caps, gemm_pipeline_round_trip_s=trip),
+                    m, n, k, g, grouped=grouped,
+                )
+                for trip in (1.0, 0.0)
+            )  # fmt: skip
+            unit.append(with_floor if with_floor > without else 0.0)
+            flops.append(2.0 * g * m * n * k / 1e12 / measured)
+        u, f = np.asarray(unit), np.asarray(flops)
+        floors = trips[:, None] * u[None, :]
         best = (math.inf, 1.0, math.inf, 0.0)
         for p in EXPONENTS:
             for eta in EFFICIENCIES:
-                # each case's time without the floor, and its floor per second of round trip
-                body, unit, flops = [], [], []
-                for case, caps, (m, n, k, g), grouped, measured in cases:
-                    bent = dataclasses.replace(
-                        caps,
-                        grouped_gemm_efficiency=float(eta),
-                        gemm_overlap_exponent=float(p),
-                        gemm_pipeline_round_trip_s=1.0,
-                    )
-                    no_floor = dataclasses.replace(bent, gemm_pipeline_round_trip_s=0.0)
-                    body.append(serving_gemm_case_time_s(case, no_floor, m, n, k, g,
-                                                         grouped=grouped))  # fmt: skip
-                    unit.append(serving_gemm_case_time_s(case, bent, m, n, k, g,
-                                                         grouped=grouped))  # fmt: skip
-                    flops.append(2.0 * g * m * n * k / 1e12 / measured)
-                b, u, f = (np.asarray(v) for v in (body, unit, flops))
-                # the floor of a case at round trip L is L x its value at 1 s (where it binds)
-                floor = np.where(u > b, u, 0.0)
-                t = np.maximum(b[None, :], trips[:, None] * floor[None, :])
+                body = np.array([
+                    serving_gemm_case_time_s(
+                        case, dataclasses.replace(caps, grouped_gemm_efficiency=float(eta),
+                                                  gemm_overlap_exponent=float(p),
+                                                  gemm_pipeline_round_trip_s=0.0),
+                        m, n, k, g, grouped=grouped)
+                    for case, caps, (m, n, k, g), grouped, _ in cases
+                ])  # fmt: skip
+                t = np.maximum(body[None, :], floors)
                 loss = (np.log(f[None, :] / t) ** 2).sum(axis=1)
                 i = int(np.argmin(loss))
                 if loss[i] < best[0] - 1e-12:

@@ -141,6 +141,15 @@ def _chunks_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
             f"{ends if v.get('pipeline_balance') == 'ends_as_layers' else ''}).")  # fmt: skip
 
 
+#: Training's expert parallelism: experts sharded across data-parallel ranks (also serving's
+#: rule where experts are split as the dense layers).
+_EP_DIVIDES_DP = Rule(
+    "expert_parallel", ("expert_parallel", "data_parallel"),
+    lambda v, m: (v["expert_parallel"] == 1) | (v["data_parallel"] % v["expert_parallel"] == 0),
+    lambda v, m: f"({v['expert_parallel']}) must divide data_parallel ({v['data_parallel']}): "
+                 "experts are sharded across data-parallel ranks.",
+)  # fmt: skip
+
 #: The rules, in the order the loader reports them.
 RULES: tuple[Rule, ...] = (
     Rule("tensor_parallel", ("tensor_parallel",),
@@ -166,11 +175,7 @@ RULES: tuple[Rule, ...] = (
          lambda v, m: (v["expert_parallel"] == 1) | (m.num_experts % v["expert_parallel"] == 0),
          lambda v, m: f"({v['expert_parallel']}) must divide the model's num_experts "
                       f"({m.num_experts})."),
-    Rule("expert_parallel", ("expert_parallel", "data_parallel"),
-         lambda v, m: (v["expert_parallel"] == 1)
-         | (v["data_parallel"] % v["expert_parallel"] == 0),
-         lambda v, m: f"({v['expert_parallel']}) must divide data_parallel "
-                      f"({v['data_parallel']}): experts are sharded across data-parallel ranks."),
+    _EP_DIVIDES_DP,
     Rule("expert_tensor_parallel", ("tensor_parallel",),
          lambda v, m: (_etp(v) == 0) | (_etp(v) == v["tensor_parallel"]),
          lambda v, m: f"({_etp(v)}) must be 0 or tensor_parallel ({v['tensor_parallel']}) in "
@@ -213,11 +218,8 @@ def _serving_ep_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
             f"({ep}) must be a multiple of the expert-parallel ranks in each tensor-"
             f"parallel group, tensor_parallel {tp} / expert_tensor_parallel {etp} = {ep_tp}."
         )
-    if ep_tp == 1:
-        return (
-            f"({ep}) must divide data_parallel ({dp}): experts are sharded across "
-            "data-parallel ranks."
-        )
+    if ep_tp == 1:  # experts split as the dense layers: training's rule and message
+        return _EP_DIVIDES_DP.message(v, m)
     return (f"({ep}) / {ep_tp} (its ranks in each tensor-parallel group) = {ep_dp} must divide "
             f"data_parallel ({dp}): beyond the tensor-parallel group experts are sharded "
             "across data-parallel ranks.")  # fmt: skip
