@@ -381,21 +381,42 @@ def validate(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     wide: _Wide = False,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="Score only the cases whose group or id matches this "
+            "shell-style pattern, e.g. 'trtllm_perf_overview_h200*'.",
+        ),
+    ] = None,
+    breakdown: Annotated[
+        bool,
+        typer.Option(
+            "--breakdown",
+            help="Also show where each end-to-end case's modelled "
+            "step, peak memory or request slot goes, by part.",
+        ),
+    ] = False,
 ) -> None:
     """Score the oracle against published measurements: per case, per group, overall."""
 
     def body() -> None:
         from deepflow.validation import validation_report
 
-        report = validation_report(cases)
+        report = validation_report(cases, group=group, breakdown=breakdown)
         if not report["cases"] and not report["skipped"]:
             raise ConfigError(f"{cases}: holds no measurement cases; give at least one.")
-        _emit(report, as_json, lambda r: _print_validation(r, wide=wide))
+        _emit(report, as_json, lambda r: _print_validation(r, wide=wide, breakdown=breakdown))
 
     _guard(body)
 
 
-def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
+#: Parts of a case's breakdown the ``--breakdown`` table shows, largest first.
+_BREAKDOWN_PARTS = 4
+
+
+def _print_validation(report: dict[str, Any], *, wide: bool = False,
+                      breakdown: bool = False) -> None:  # fmt: skip
     from rich.console import Console
 
     console = Console()
@@ -406,6 +427,8 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     rows = [[row["id"], row["quantity"], f"{row['measured']:.4g}", f"{row['model']:.4g}",
              f"{100 * row['error']:+.1f} %"] for row in report["cases"]]  # fmt: skip
     _print_table("per case", columns, rows, wide=wide)
+    if breakdown:
+        _print_breakdowns(report["cases"], wide=wide)
     columns = [("group", 0, "left"), ("cases", 0, "right"), ("mean |error|", 0, "right"),
                ("max |error|", 1, "right")]  # fmt: skip
     rows = [[name, str(g["cases"]), f"{100 * g['mean_abs_error']:.1f} %",
@@ -438,6 +461,29 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False) -> None:
     for skip in report.get("skipped", []):
         console.print(f"[yellow]skipped[/yellow] {escape(str(skip['id']))}: "
                       f"{escape(skip['reason'])}", highlight=False)  # fmt: skip
+
+
+def _print_breakdowns(cases: list[dict[str, Any]], *, wide: bool) -> None:
+    """Each end-to-end row's largest parts as shares of its modelled step, peak or request
+    slot (``validate --breakdown``), beside its error."""
+    rows = []
+    for row in cases:
+        parts = row.get("breakdown")
+        if not parts:
+            continue
+        total = sum(v for v in parts.values() if v > 0)
+        top = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
+        cells = [f"{k} {100 * v / total:.0f} %" for v, k in top[:_BREAKDOWN_PARTS]]
+        rows.append([str(row["id"]), str(row["quantity"]), f"{100 * row['error']:+.1f} %",
+                     *cells, *[""] * (_BREAKDOWN_PARTS - len(cells))])  # fmt: skip
+    if not rows:
+        typer.echo("no end-to-end case among them: nothing to break down")
+        return
+    names = ("largest part", "2nd", "3rd", "4th")
+    parts_shown = [(names[j], j + 1, "left") for j in range(_BREAKDOWN_PARTS)]
+    columns: list[Column] = [("case", 0, "left"), ("quantity", _BREAKDOWN_PARTS + 1, "right"),
+                             ("error", 0, "right"), *parts_shown]  # fmt: skip
+    _print_table("where the modelled value goes", columns, rows, wide=wide)
 
 
 @app.command()

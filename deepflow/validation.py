@@ -7,6 +7,7 @@ value and the relative error. ``deepflow validate`` and the calibration scripts 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import re
 from collections.abc import Mapping
@@ -418,13 +419,16 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
         scenario = training_case_scenario(case)
         result = evaluate_one(scenario)
         measured = measured_step_time_s(case)
-        model = result["step_time_s"] * batch_scale(case, scenario)
+        scale = batch_scale(case, scenario)
+        model = result["step_time_s"] * scale
         rows.append({
             "id": case["id"], "group": case["group"], "measured_s": measured,
             "model_s": model,
             "error": model / measured - 1.0,
             "feasible": result["feasible"],
             "memory_GiB": result["memory_per_device_B"] / 2**30,
+            # the modelled step by part (s), at the step the source measured
+            "breakdown": {k: float(v) * scale for k, v in result["breakdown_s"].items()},
         })  # fmt: skip
     return rows
 
@@ -464,10 +468,13 @@ def score_memory_cases(cases: list[dict[str, Any]] | None = None) -> list[dict[s
             result = {"memory_per_device_B": sum(terms.values()), "memory_breakdown_B": terms,
                       "feasible": result["feasible"]}  # fmt: skip
         model = modelled_peak_memory_B(result, kind)
+        # the modelled peak by term (GiB), the terms the measured kind counts
+        parts = {k: float(v) / 2**30 for k, v in result["memory_breakdown_B"].items()
+                 if k not in _MEMORY_KIND_TERMS[kind]}  # fmt: skip
         rows.append({"id": case["id"], "group": case["group"], "kind": kind,
                      "measured_GiB": measured / 2**30, "model_GiB": model / 2**30,
                      "error": model / measured - 1.0,
-                     "feasible": result["feasible"]})  # fmt: skip
+                     "feasible": result["feasible"], "breakdown": parts})  # fmt: skip
     return rows
 
 
@@ -519,10 +526,12 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
         per_gpu = key.endswith("_per_gpu")
         return float(result[output]) / (scenario.system.num_devices if per_gpu else 1)
 
+    # one request's slot by part (s): its prompt and its output tokens (docs/model.md part D)
+    parts = {k: float(v) for k, v in result["breakdown_s"].items()}
     return [{"id": case["id"], "group": f"{case['group']}/{label}",
              "quantity": label, "measured": float(measured[key]), "model": model(key, output),
              "error": model(key, output) / float(measured[key]) - 1.0,
-             "feasible": result["feasible"]}
+             "feasible": result["feasible"], "breakdown": parts}
             for key, output, label in stated]  # fmt: skip
 
 
@@ -602,6 +611,22 @@ def _load_cases(path: Path | None) -> list[dict[str, Any]]:
     return data
 
 
+def _matching(cases: list[dict[str, Any]], pattern: str,
+              path: Path | None) -> list[dict[str, Any]]:  # fmt: skip
+    """The cases whose group or id matches the shell-style ``pattern``."""
+    chosen = [c for c in cases if fnmatch.fnmatchcase(str(c.get("group")), pattern)
+              or fnmatch.fnmatchcase(str(c.get("id")), pattern)]  # fmt: skip
+    if not chosen:
+        shown = str(path) if path is not None else "the public set"
+        groups = sorted({str(c.get("group")) for c in cases})
+        more = f", … ({len(groups)} in all)" if len(groups) > 8 else ""
+        raise ConfigError(
+            f"{shown}: no case's group or id matches {pattern!r} (a shell-style "
+            f"pattern, e.g. 'megatron*'); its groups: {', '.join(groups[:8])}{more}."
+        )
+    return chosen
+
+
 def _score_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows one case scores: one per quantity of a serving case, one per N of a float8
     linear case, else one."""
@@ -639,10 +664,11 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (m,) = score_memory_cases([case])
         return {"quantity": f"GiB {m['kind']}", "measured": m["measured_GiB"],
                 "model": m["model_GiB"], "error": m["error"],
-                "feasible": m["feasible"]}  # fmt: skip
+                "feasible": m["feasible"], "breakdown": m["breakdown"]}  # fmt: skip
     (r,) = score_training_cases([case])
     return {"quantity": "step s", "measured": r["measured_s"], "model": r["model_s"],
-            "error": r["error"], "feasible": r["feasible"]}  # fmt: skip
+            "error": r["error"], "feasible": r["feasible"],
+            "breakdown": r["breakdown"]}  # fmt: skip
 
 
 #: The ``quantity`` of a row that scores a recorded out-of-memory run against feasibility.
@@ -661,16 +687,29 @@ def _kind(row: Mapping[str, Any]) -> str:
     return "serving" if quantity in ("throughput", "ttft", "tpot") else "performance"
 
 
-def validation_report(path: Path | None = None) -> dict[str, Any]:
+def validation_report(path: Path | None = None, *, group: str | None = None,
+                      breakdown: bool = False) -> dict[str, Any]:  # fmt: skip
     """Score every case; per-case rows, per-group mean/max |error|, group-weighted mean.
 
     A case deepflow cannot read (an accelerator without a preset, a missing input, a category
     it does not score) is listed under ``skipped`` with the reason; the others are scored.
 
+    Args:
+        path: a measurement JSON (default: the public set).
+        group: score only the cases whose group or id matches this shell-style pattern
+            (``fnmatch``: ``*``, ``?``, ``[...]``), e.g. ``"trtllm_perf_overview_h200*"``.
+        breakdown: give each end-to-end row the model's value by part (``breakdown``): a
+            training step in seconds, a peak in GiB by memory term (the terms its measured
+            kind counts), a serving case's request slot (its prefill and decode iterations)
+            in seconds; the parts sum to the step, the peak or the slot.
+
     Raises:
-        ConfigError: the file is unreadable, or no case in it could be scored.
+        ConfigError: the file is unreadable, no case matches ``group``, or no case could be
+            scored.
     """
     cases = _load_cases(path)
+    if group is not None:
+        cases = _matching(cases, group, path)
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for case in cases:
@@ -681,14 +720,17 @@ def validation_report(path: Path | None = None) -> dict[str, Any]:
                             "reason": str(exc)})  # fmt: skip
             continue
         rows.extend(scored)
+    if not breakdown:
+        for row in rows:
+            row.pop("breakdown", None)
     if cases and not rows:
         shown = str(path) if path is not None else "the public set"
         reasons = "; ".join(s["reason"].rstrip(".") for s in skipped[:3])
         raise ConfigError(f"{shown}: no case could be scored ({reasons}).")
     groups: dict[str, dict[str, Any]] = {}
     for row in rows:
-        group = groups.setdefault(row["group"], {"errors": [], "kind": _kind(row)})
-        group["errors"].append(abs(row["error"]))
+        bucket = groups.setdefault(row["group"], {"errors": [], "kind": _kind(row)})
+        bucket["errors"].append(abs(row["error"]))
     summary = {
         name: {"cases": len(g["errors"]), "mean_abs_error": float(np.mean(g["errors"])),
                "max_abs_error": float(np.max(g["errors"])), "kind": g["kind"],

@@ -990,3 +990,71 @@ def test_fit_writers_set_only_their_own_block(tmp_path: Path) -> None:
     assert frameworks.read_text(encoding="utf-8").endswith("call_overhead_us: 107.0   # c\n")
     with pytest.raises(SystemExit, match="no 'absent: call_overhead_us' entry"):
         fit_gemm.write_overheads({"absent": 1e-6}, frameworks)
+
+
+# ------------------------------------------------------------------ validate --group --breakdown
+def test_a_group_pattern_scores_only_its_cases_as_the_whole_set_does() -> None:
+    whole = {(r["id"], r["quantity"]): r["model"] for r in validation_report()["cases"]}
+    some = validation_report(group="korthikanti*")
+    assert {r["group"] for r in some["cases"]} == {"korthikanti2022_table5"}
+    assert len(some["cases"]) == 8 and set(some["groups"]) == {"korthikanti2022_table5"}
+    assert all(r["model"] == whole[(r["id"], r["quantity"])] for r in some["cases"])
+    (one,) = validation_report(group="korthikanti2022_t5_1T_full_recompute")["cases"]
+    assert one["id"] == "korthikanti2022_t5_1T_full_recompute"
+    assert all("breakdown" not in r for r in some["cases"])  # only when asked
+
+
+def test_a_group_pattern_that_matches_nothing_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        validation_report(group="nomatch*")
+    assert str(err.value).startswith(
+        "the public set: no case's group or id matches 'nomatch*' (a shell-style pattern, e.g. "
+        "'megatron*'); its groups: allreduce_bench_h200_node, deepgemm_dense_h800, "
+    )
+    assert str(err.value).endswith(" (30 in all).")
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([_case("korthikanti2022_table5", 0)]), encoding="utf-8")
+    result = runner.invoke(app, ["validate", "--cases", str(path), "--group", "x*"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: {path}: no case's group or id matches 'x*' (a shell-style pattern, e.g. "
+        "'megatron*'); its groups: korthikanti2022_table5.\n"
+    )
+
+
+def test_breakdowns_add_up_to_the_modelled_step_peak_and_request_slot() -> None:
+    from deepflow.measurements import inference_case_scenario
+
+    report = validation_report(group="*", breakdown=True)
+    kinds = {"step s": 0, "GiB": 0, "slot": 0}
+    for row in report["cases"]:
+        parts = row.get("breakdown")
+        if row["quantity"] == "step s" or str(row["quantity"]).startswith("GiB"):
+            assert sum(parts.values()) == pytest.approx(row["model"], rel=1e-9), row["id"]
+            kinds["step s" if row["quantity"] == "step s" else "GiB"] += 1
+        elif row["quantity"] in ("throughput", "ttft", "tpot"):
+            kinds["slot"] += 1
+        else:  # kernels, collectives: no parts
+            assert parts is None, row["id"]
+    assert min(kinds.values()) > 10, kinds
+    case = next(c for c in load_measurements() if c["id"] == "trtllm_l70b_h200_tp1_128_2048")
+    slot = evaluate_one(inference_case_scenario(case))["step_time_s"]
+    rows = [r for r in report["cases"] if r["id"] == case["id"]]
+    assert rows and all(sum(r["breakdown"].values()) == pytest.approx(slot) for r in rows)
+
+
+def test_cli_shows_where_each_cases_modelled_value_goes(monkeypatch: Any) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    result = runner.invoke(app, ["validate", "--group", "korthikanti*", "--breakdown"])
+    assert result.exit_code == 0, result.output
+    assert "where the modelled value goes" in result.stdout
+    line = next(s for s in result.stdout.splitlines() if "korthikanti2022_t5_22B_full_rec" in s
+                and "gemm" in s)  # fmt: skip
+    shares = [int(p.split()[-2]) for p in line.split("│")[4:] if p.strip()]
+    assert shares == sorted(shares, reverse=True) and 50 < sum(shares) <= 100
+    data = json.loads(runner.invoke(app, ["validate", "--group", "korthikanti*", "--breakdown",
+                                          "--json"]).stdout)  # fmt: skip
+    assert all(r["breakdown"]["gemm"] > 0 for r in data["cases"])
+    kernels = runner.invoke(app, ["validate", "--group", "deepgemm*", "--breakdown"])
+    assert kernels.exit_code == 0
+    assert "no end-to-end case among them: nothing to break down" in kernels.stdout
