@@ -397,15 +397,27 @@ def validate(
             "step, peak memory or request slot goes, by part.",
         ),
     ] = False,
+    scenarios: Annotated[
+        Path | None,
+        typer.Option(
+            "--scenarios",
+            help="Also write each end-to-end case's scenario to FOLDER/<case>.yaml, as "
+            "deepflow evaluate reads it.",
+            metavar="FOLDER",
+        ),
+    ] = None,
 ) -> None:
     """Score the oracle against published measurements: per case, per group, overall."""
 
     def body() -> None:
-        from deepflow.validation import validation_report
+        from deepflow.validation import load_cases, validation_report, write_case_scenarios
 
         report = validation_report(cases, group=group, breakdown=breakdown)
         if not report["cases"] and not report["skipped"]:
             raise ConfigError(f"{cases}: holds no measurement cases; give at least one.")
+        if scenarios is not None:
+            written = write_case_scenarios(load_cases(cases, group=group), scenarios)
+            report["scenario_files"] = [str(p) for p in written]
         _emit(report, as_json, lambda r: _print_validation(r, wide=wide, breakdown=breakdown))
 
     _guard(body)
@@ -461,6 +473,14 @@ def _print_validation(report: dict[str, Any], *, wide: bool = False,
     for skip in report.get("skipped", []):
         console.print(f"[yellow]skipped[/yellow] {escape(str(skip['id']))}: "
                       f"{escape(skip['reason'])}", highlight=False)  # fmt: skip
+    if "scenario_files" in report:
+        files = report["scenario_files"]
+        if files:
+            folder = Path(files[0]).parent
+            console.print(f"wrote {len(files)} case scenarios to {escape(str(folder))} "
+                          "(deepflow evaluate reads each)", highlight=False)  # fmt: skip
+        else:
+            console.print("no end-to-end case among them: no scenario to write", highlight=False)
 
 
 def _print_breakdowns(cases: list[dict[str, Any]], *, wide: bool) -> None:

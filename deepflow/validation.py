@@ -40,6 +40,7 @@ __all__ = [
     "MAMF_SWEEP",
     "SERVING_GEMM_CATEGORIES",
     "TRAINING_GROUPS",
+    "case_scenario",
     "float8_linear_case_caps",
     "float8_linear_microbenchmarks",
     "float8_linear_speedup",
@@ -47,6 +48,7 @@ __all__ = [
     "gemm_microbenchmarks",
     "hbm_stream_case_caps",
     "hbm_stream_microbenchmarks",
+    "load_cases",
     "measured_step_time_s",
     "score_collective_cases",
     "score_float8_linear_case",
@@ -60,6 +62,7 @@ __all__ = [
     "serving_gemm_microbenchmarks",
     "training_case_scenario",
     "validation_report",
+    "write_case_scenarios",
 ]
 
 #: Accelerator names in the MAMF group -> the preset with the same chip (peak taken from the case).
@@ -497,13 +500,28 @@ def score_out_of_memory_case(case: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ serving
+def _serving_scenario(case: dict[str, Any]) -> Any:
+    """A serving case's scenario; one that states neither a batch, a concurrency nor a number
+    of requests is offered the batch its KV cache holds (``max_concurrency``; §D5)."""
+    from deepflow.measurements import inference_case_scenario
+    from deepflow.oracle.evaluate import evaluate_one
+
+    try:
+        return inference_case_scenario(case)
+    except ConfigError as exc:
+        if "batch_size" not in str(exc):
+            raise
+        probe = evaluate_one(inference_case_scenario(case, batch=1))
+        return inference_case_scenario(case, batch=max(1, int(probe["max_concurrency"])))
+
+
 def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Model vs measured serving figures of one case: a row per quantity it states
     (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
     ``<group>/<quantity>`` (the row's ``quantity`` names it). A case that states neither a
     batch, a concurrency nor a number of requests is offered the batch its KV cache holds
     (``max_concurrency``; docs/model.md §D5)."""
-    from deepflow.measurements import SERVING_QUANTITIES, inference_case_scenario
+    from deepflow.measurements import SERVING_QUANTITIES
     from deepflow.oracle.evaluate import evaluate_one
 
     measured = case.get("measured") or {}
@@ -513,13 +531,7 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     if not stated:
         names = ", ".join(k for keys, _, _ in SERVING_QUANTITIES for k in keys)
         raise ConfigError(f"case {case.get('id')!r}: measured has none of {names}.")
-    try:
-        scenario = inference_case_scenario(case)
-    except ConfigError as exc:
-        if "batch_size" not in str(exc):
-            raise
-        probe = evaluate_one(inference_case_scenario(case, batch=1))
-        scenario = inference_case_scenario(case, batch=max(1, int(probe["max_concurrency"])))
+    scenario = _serving_scenario(case)
     result = evaluate_one(scenario)
 
     def model(key: str, output: str) -> float:  # a per-GPU figure against the system's
@@ -594,6 +606,107 @@ def score_collective_cases(cases: list[dict[str, Any]] | None = None) -> list[di
                      "quantity": quantity, "measured_GBps": measured, "model_GBps": model,
                      "error": model / measured - 1.0})  # fmt: skip
     return rows
+
+
+# ------------------------------------------------------------------------ case scenarios
+def case_scenario(case: dict[str, Any]) -> tuple[Any, str] | None:
+    """The scenario an end-to-end case is scored on and how the score reads the oracle's
+    result on it (one line), or None for a microbenchmark (no scenario: a kernel, a
+    collective).
+
+    Raises:
+        ConfigError: the case cannot be read (as when it is scored).
+    """
+    kind = case_category(case)
+    if kind == "inference":
+        per_gpu = any(str(k).endswith("_per_gpu") for k in (case.get("measured") or {}))
+        return _serving_scenario(case), (
+            "validate reads tokens_per_s, ttft_s and tpot_s"
+            + (" (a per-GPU figure: tokens_per_s / num_devices)" if per_gpu else "")
+        )
+    if kind == "peak_memory":
+        scenario = training_case_scenario(case)
+        if _ran_out_of_memory(case):
+            return scenario, "validate reads feasible (the run ran out of memory)"
+        _, measured_kind = measured_peak_memory(case)
+        stage = measured_memory_stage(case)
+        left_out = ", ".join(_MEMORY_KIND_TERMS[measured_kind]) or "nothing"
+        where = (f" of the {stage} pipeline stage" if stage != "peak"
+                 and scenario.mapping.pipeline_parallel > 1 else "")  # fmt: skip
+        return scenario, (f"validate reads memory_breakdown_B{where} less {left_out} "
+                          f"({measured_kind} memory)")  # fmt: skip
+    if kind == "end_to_end_training":
+        scenario = training_case_scenario(case)
+        scale = batch_scale(case, scenario)
+        note = "validate reads step_time_s"
+        if scale != 1.0:
+            note += f" x {scale:.6g} (the case's global batch / the modelled one)"
+        return scenario, note
+    return None
+
+
+def write_case_scenarios(cases: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """Write the scenario of every end-to-end case in ``cases`` to ``folder/<id>.yaml``, a
+    file ``deepflow evaluate`` reads (:func:`deepflow.config.serialize.scenario_yaml`), headed
+    by comments naming the case, its source, what it measured and how the score reads the
+    result. Each file is written whole or not at all; cases it cannot read are left out.
+
+    Raises:
+        ConfigError: ``folder`` is an existing file, or cannot be created.
+    """
+    import os
+
+    import yaml
+
+    from deepflow.config.serialize import scenario_yaml
+
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: exists and is not a folder; give a folder for the "
+                          "scenarios.")  # fmt: skip
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{folder}: cannot create the folder ({exc.strerror}).") from exc
+    written = []
+    for case in cases:
+        try:
+            found = case_scenario(case)
+        except ConfigError:
+            continue  # listed under "skipped" by the score
+        if found is None:
+            continue
+        scenario, note = found
+        source = case.get("source") or {}
+        measured = {k: v for k, v in (case.get("measured") or {}).items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+        header = [f"deepflow scenario of the published case {case.get('id')} "
+                  f"(group {case.get('group')})"]  # fmt: skip
+        if source.get("title") or source.get("url"):
+            header.append(f"source: {source.get('title', '')} {source.get('url', '')}".rstrip())
+        if measured:
+            header.append("measured: " + ", ".join(f"{k} {v:g}" for k, v in measured.items()))
+        header.append(note)
+        body = yaml.safe_dump(scenario_yaml(scenario), sort_keys=False, width=100,
+                              allow_unicode=True)  # fmt: skip
+        text = "".join(f"# {line}\n" for line in header) + body
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(case.get("id")))
+        path = folder / f"{name}.yaml"
+        part = path.with_name(f".{path.name}.part")
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, path)
+        written.append(path)
+    return written
+
+
+def load_cases(path: Path | None = None, *, group: str | None = None) -> list[dict[str, Any]]:
+    """The measurement cases of a JSON file (default: the public set), those whose group or
+    id matches the shell-style pattern ``group`` where one is given.
+
+    Raises:
+        ConfigError: the file is unreadable or not a list of cases, or no case matches.
+    """
+    cases = _load_cases(path)
+    return cases if group is None else _matching(cases, group, path)
 
 
 def _load_cases(path: Path | None) -> list[dict[str, Any]]:
@@ -707,9 +820,7 @@ def validation_report(path: Path | None = None, *, group: str | None = None,
         ConfigError: the file is unreadable, no case matches ``group``, or no case could be
             scored.
     """
-    cases = _load_cases(path)
-    if group is not None:
-        cases = _matching(cases, group, path)
+    cases = load_cases(path, group=group)
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for case in cases:

@@ -1058,3 +1058,63 @@ def test_cli_shows_where_each_cases_modelled_value_goes(monkeypatch: Any) -> Non
     kernels = runner.invoke(app, ["validate", "--group", "deepgemm*", "--breakdown"])
     assert kernels.exit_code == 0
     assert "no end-to-end case among them: nothing to break down" in kernels.stdout
+
+
+# ------------------------------------------------------------------------ validate --scenarios
+@pytest.mark.parametrize(
+    ("case_id", "output", "reads"),
+    [
+        ("korthikanti2022_t5_1T_full_recompute", "step_time_s", "validate reads step_time_s"),
+        ("trtllm_l70b_h200_tp1_128_2048", "tokens_per_s", "validate reads tokens_per_s"),
+        ("tt2412_8b_8gpu_fsdp", "memory_per_device_B", "validate reads memory_breakdown_B less"),
+    ],
+)  # fmt: skip
+def test_a_written_case_scenario_reproduces_its_case(tmp_path: Path, case_id: str, output: str,
+                                                     reads: str) -> None:  # fmt: skip
+    from deepflow.config import load_scenario
+    from deepflow.validation import case_scenario, load_cases, write_case_scenarios
+
+    (case,) = load_cases(group=case_id)
+    (path,) = write_case_scenarios([case], tmp_path / "scenarios")
+    assert path == tmp_path / "scenarios" / f"{case_id}.yaml"
+    text = path.read_text(encoding="utf-8")
+    header = [line for line in text.splitlines() if line.startswith("# ")]
+    assert header[0] == (f"# deepflow scenario of the published case {case_id} "
+                         f"(group {case['group']})")  # fmt: skip
+    assert any(line.startswith(f"# {reads}") for line in header), header
+    scenario, _ = case_scenario(case)
+    back = load_scenario(path)
+    assert evaluate_one(back)[output] == evaluate_one(scenario)[output]
+    assert "description" not in text and "head_dim: 0" not in text  # defaults left out
+    assert not list(path.parent.glob(".*.part"))
+
+
+def test_cli_writes_the_scored_cases_scenarios_and_evaluate_reads_them(tmp_path: Path) -> None:
+    folder = tmp_path / "cases"
+    result = runner.invoke(app, ["validate", "--group", "korthikanti2022_t5_22B*",
+                                 "--scenarios", str(folder)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"wrote 2 case scenarios to {folder} (deepflow evaluate reads each)" in " ".join(
+        result.stdout.split()
+    )
+    args = ["validate", "--group", "korthikanti2022_t5_22B*", "--scenarios", str(folder)]
+    report = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert sorted(report["scenario_files"]) == sorted(str(p) for p in folder.glob("*.yaml"))
+    for row in report["cases"]:
+        out = runner.invoke(app, ["evaluate", str(folder / f"{row['id']}.yaml"), "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["step_time_s"] == pytest.approx(row["model"], rel=1e-12)
+    kernels = runner.invoke(app, ["validate", "--group", "deepgemm_dense*", "--scenarios",
+                                  str(tmp_path / "none")])  # fmt: skip
+    assert "no end-to-end case among them: no scenario to write" in kernels.stdout
+
+
+def test_cli_refuses_a_scenarios_folder_that_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.write_text("mine", encoding="utf-8")
+    result = runner.invoke(app, ["validate", "--group", "korthikanti*", "--scenarios",
+                                 str(target)])  # fmt: skip
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (f"error: {target}: exists and is not a folder; give a folder "
+                             "for the scenarios.\n")  # fmt: skip
+    assert target.read_text(encoding="utf-8") == "mine"

@@ -36,12 +36,15 @@ def resolved_scenario(scenario: Any) -> dict[str, Any]:
     return data
 
 
-def to_yaml_keys(spec: Any) -> Any:
+def to_yaml_keys(spec: Any, *, omit_defaults: bool = False) -> Any:
     """A spec dataclass as the YAML it loads from: YAML keys in their units (``80 GiB`` ->
     ``hbm_capacity_GiB: 80.0``), nested specs (device, network, model, technologies) inline.
 
     Names given by presets (``name``) and the scenario's ``source`` are left out, so the
-    result is what ``deepflow evaluate`` reads (:func:`scenario_yaml`).
+    result is what ``deepflow evaluate`` reads (:func:`scenario_yaml`). ``omit_defaults``
+    also leaves out every key at its default (the loader gives it back), as a spec written
+    out whole must: a default can be a value its YAML key does not take (an empty
+    description, a head width of 0 for "hidden / heads").
     """
     if not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
         return spec
@@ -50,9 +53,11 @@ def to_yaml_keys(spec: Any) -> Any:
         value = getattr(spec, f.name)
         if "yaml" not in f.metadata:
             if dataclasses.is_dataclass(value):  # device, network, model, technology
-                out[f.name] = to_yaml_keys(value)
+                out[f.name] = to_yaml_keys(value, omit_defaults=omit_defaults)
             continue
         if isinstance(value, tuple | list | Mapping) and not value:  # an empty default
+            continue
+        if omit_defaults and f.default is not dataclasses.MISSING and value == f.default:
             continue
         out[f.metadata["yaml"]] = _in_yaml_unit(value, float(f.metadata["scale"]))
     return out
@@ -78,11 +83,13 @@ def scenario_yaml(scenario: Any) -> dict[str, Any]:
     """A resolved scenario as a scenario YAML mapping that ``deepflow evaluate`` reads back
     into the same scenario: the device, network and model by preset name where they are the
     preset, else as ``{base: PRESET, <the keys that differ>}`` (a network's calibration is
-    its base preset's), else written out inline; technologies likewise."""
+    its base preset's), else written out inline; technologies likewise. Keys at their
+    default are left out."""
     from deepflow.config.loader import load_device, load_model, load_network
 
     system, workload = scenario.system, scenario.workload
-    data: dict[str, Any] = {k: to_yaml_keys(getattr(scenario, k))
+    # the keys at their default are left to the loader (a file holds what the scenario sets)
+    data: dict[str, Any] = {k: to_yaml_keys(getattr(scenario, k), omit_defaults=True)
                             for k in ("system", "workload", "mapping")}  # fmt: skip
     data["system"]["device"] = _ref(system.device, "devices", load_device)
     data["system"]["network"] = _ref(system.network, "networks", load_network)
@@ -106,7 +113,9 @@ def _ref(spec: Any, kind: str, loader: Any) -> Any:
             full[key] = _ref(tech, "technologies", load_technology)
     base = str(getattr(spec, "name", "")).split("+", 1)[0]
     if not base or preset_path(kind, base) is None:
-        return full
+        # written out whole: the keys at their default left to the loader
+        inline = to_yaml_keys(spec, omit_defaults=True)
+        return {k: full[k] for k in full if k in inline or k in _TECH_REFS}
     try:
         preset = loader(base)
     except ConfigError:  # pragma: no cover - a preset that no longer loads
