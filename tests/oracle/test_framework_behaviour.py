@@ -54,6 +54,29 @@ def test_interleaved_pipeline_sends_hide_under_compute_when_overlapped() -> None
     assert a == b
 
 
+def test_interleaved_chunks_reduce_their_gradients_as_each_chunk_finishes() -> None:
+    """Megatron-Core syncs a model chunk's gradients with its last micro-batch backward: with
+    v chunks the reduce-scatters queue behind the cool-down's chunk backwards (§C3.2)."""
+    import numpy as np
+
+    from deepflow.oracle.workloads.transformer.data_parallel import _chunked_exposed
+
+    comm, compute = 1.0, 0.2
+    assert _chunked_exposed(np, comm, compute, 1.0, 4.0) == pytest.approx(0.8)  # (c - t)+
+    # v = 4, p = 4: t_c 0.05, chunks final 0.2 apart; 0.25 each queue: 1 - 13 x 0.05
+    assert _chunked_exposed(np, comm, compute, 4.0, 4.0) == pytest.approx(0.35)
+    # the links keep up: only the last chunk's reduction outlasts its own backward
+    assert _chunked_exposed(np, 1.2, 0.8, 4.0, 4.0) == pytest.approx(0.3 - 0.2)
+    exposed = [_chunked_exposed(np, comm, compute, v, 4.0) for v in (1.0, 2.0, 3.0, 6.0, 12.0)]
+    assert exposed == sorted(exposed, reverse=True) and min(exposed) >= 0.0
+    # the preset's 70B (dp 2 × cp 2 over nodes, distributed optimizer, v 5)
+    core = load_scenario(SCENARIOS / "llama3-70b-megatron-core-h100.yaml")
+    comm_of = {v: evaluate_one(dataclasses.replace(core, mapping=dataclasses.replace(
+        core.mapping, virtual_pipeline_stages=v)))["breakdown_s"]["data_parallel_comm"]
+        for v in (1, 5)}  # fmt: skip
+    assert 0.0 < comm_of[5] < comm_of[1] / 2
+
+
 def _tp8(**mapping: object) -> dict[str, float]:
     base = {"data_parallel": 1, "tensor_parallel": 8, "zero_stage": 0, "micro_batch_size": 1,
             "sequence_parallel": True}  # fmt: skip

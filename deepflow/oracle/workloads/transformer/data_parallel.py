@@ -67,11 +67,12 @@ def data_parallel_comm(
     Plain data parallelism all-reduces the gradients once per step; ZeRO-1/2 (distributed
     optimizer) reduce-scatters them and all-gathers the updated parameters; with
     ``overlap_grad_reduce`` they hide under the last micro-batch's backward (gathers under its
-    forward). ZeRO-3/FSDP: parameters gathered for forward and backward and gradients
-    reduce-scattered every micro-batch, prefetched under compute; the first gather and last
-    reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``calibration`` gives
-    the framework rate and ``modules`` the layer's kernels, both read only where DeepSpeed
-    2021's ZeRO-3 applies (it overlaps module by module).
+    forward), chunk by chunk where the stage holds v interleaved model chunks
+    (:func:`_chunked_exposed`). ZeRO-3/FSDP: parameters gathered for forward and backward and
+    gradients reduce-scattered every micro-batch, prefetched under compute; the first gather
+    and last reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``calibration``
+    gives the framework rate and ``modules`` the layer's kernels, both read only where
+    DeepSpeed 2021's ZeRO-3 applies (it overlaps module by module).
     """
     dp, st_dp, m = i.dp, i.st_dp, i.m
     grads = params.stage * params.grad_bytes
@@ -86,7 +87,8 @@ def data_parallel_comm(
     plain = o.where(overlap, o.maximum(ar_dp - t_b_stage, 0.0), ar_dp)
     dist = o.where(
         overlap,
-        o.maximum(rs_dp - t_b_stage, 0.0) + o.maximum(ag_dp - t_f_stage, 0.0),
+        _chunked_exposed(o, rs_dp, t_b_stage, i.v, i.pp)
+        + _chunked_exposed(o, ag_dp, t_f_stage, i.v, i.pp),
         rs_dp + ag_dp,
     )
     per_mb = o.maximum(ag_dp - t_f_stage, 0.0) + o.maximum(ag_dp + rs_dp - t_b_stage, 0.0)
@@ -97,6 +99,29 @@ def data_parallel_comm(
         zero3 = o.where(sync, _zero3_deepspeed_2021(i, o, params, modules, rate), zero3)
     sharded = o.where(i.zero >= 3, zero3, o.where(i.zero >= 1, dist, plain))
     return o.where(dp > 1, sharded, 0.0)
+
+
+def _chunked_exposed(o: Any, comm: Any, compute: Any, v: Any, pp: Any) -> Any:
+    """Exposed seconds of a distributed optimizer's gradient reduce-scatter (``compute``:
+    one micro-batch's backward through the stage) or parameter all-gather (its forward) of
+    ``comm`` seconds, overlapped model chunk by model chunk (docs/model.md §C3.2).
+
+    Megatron-Core's interleaved 1F1B launches a chunk's gradient synchronisation with that
+    chunk's last micro-batch backward (``schedules.py``,
+    ``forward_backward_pipelining_with_interleaving``: ``enable_grad_sync()`` where
+    ``is_last_microbatch_for_model_chunk``), and its parameter all-gather for the next step
+    as the chunk before it starts its first forward (``param_sync_func`` per chunk). The
+    cool-down runs each chunk's backward for the last pp micro-batches in turn, so the v
+    chunks' grads are final pp·t_c apart (t_c = ``compute`` / v, a chunk's share) and their
+    reductions, comm / v each, queue on the links: the last finishes max(comm / v − t_c,
+    comm − ((v − 1)·pp + 1)·t_c) after the backward ends. One chunk (v = 1) leaves
+    comm − ``compute`` (buckets reduced as the last backward frees them); the forward's
+    gathers mirror it."""
+    v = o.maximum(v, 1.0)
+    chunk = compute / v
+    last = comm / v - chunk
+    queued = comm - ((v - 1.0) * pp + 1.0) * chunk
+    return o.maximum(o.maximum(last, queued), 0.0)
 
 
 def _zero3_deepspeed_2021(
