@@ -303,15 +303,21 @@ def test_nanotron_stages_are_balanced_by_compute_with_the_output_layer() -> None
 
 def test_nanotron_fp32_accumulator_adds_ddp_buckets_and_the_16_bit_grads() -> None:
     # FP32GradientAccumulator: the fp32 buffer (4 B, unsharded under ZeRO-1) as Megatron's
-    # main gradients; DDP's 16-bit buckets (2 B) only with data parallelism; the 16-bit .grad
-    # of a backward only where it outgrows the activations it replaces
+    # main gradients; with data parallelism DDP's 16-bit buckets (2 B) under ZeRO-0, and under
+    # ZeRO-1, which builds no DDP, the optimizer's flattened all-gather buffers (2 + 2/D B);
+    # the 16-bit .grad of a backward only where it outgrows the activations it replaces
     s = llama()
     params = memory_of(s, data_parallel=1)[1]["weights"] / 2
     _, main = memory_of(s, data_parallel=8, zero_stage=1)
     _, acc = memory_of(s, data_parallel=8, zero_stage=1, gradient_buffers=1)
     one_mb = acc["activations"]  # pp 1: one micro-batch's activations
-    extra = 2 * params + max(2 * params - one_mb, 0.0)
+    extra = 2 * params * (1 + 1 / 8) + max(2 * params - one_mb, 0.0)
     assert acc["gradients"] - main["gradients"] == pytest.approx(extra, rel=1e-12)
+    _, main0 = memory_of(s, data_parallel=8, zero_stage=0)
+    _, ddp = memory_of(s, data_parallel=8, zero_stage=0, gradient_buffers=1)
+    assert ddp["gradients"] - main0["gradients"] == pytest.approx(
+        2 * params + max(2 * params - ddp["activations"], 0.0), rel=1e-12
+    )
     _, solo = memory_of(s, data_parallel=1, zero_stage=1, gradient_buffers=1)
     _, solo_main = memory_of(s, data_parallel=1, zero_stage=1)
     assert solo["gradients"] - solo_main["gradients"] == pytest.approx(

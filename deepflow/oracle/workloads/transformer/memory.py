@@ -283,13 +283,19 @@ def memory(
     cached = fp8 & (zero < 3) & (i.x["fp8_weight_cache"] > 0) & o.not_(fp8_params)
     master_b = o.choose(i.x["master_weights"], _MASTER_BYTES)
     # nanotron's FP32GradientAccumulator (src/nanotron/optim/gradient_accumulator.py): fp32
-    # buffers of every parameter, ZeRO-1 or not (grad_buckets_named_params); with data
-    # parallelism PyTorch DDP also holds 16-bit buckets as large as the gradients
-    # (trainer.py wraps the model in DistributedDataParallel when dp > 1, and
-    # gradient_as_bucket_view is off by default: https://pytorch.org/docs/stable/generated/
-    # torch.nn.parallel.DistributedDataParallel.html)
+    # buffers of every parameter, ZeRO-1 or not (grad_buckets_named_params). With data
+    # parallelism and ZeRO-0 PyTorch DDP also holds 16-bit buckets as large as the gradients
+    # (trainer.py init_model: make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and
+    # zero_stage > 0); gradient_as_bucket_view is off by default:
+    # https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html).
+    # Under ZeRO-1 there is no DDP; instead the optimizer step all-gathers the updated
+    # parameters through flattened 16-bit copies of every rank's slices and of its own
+    # (optim/zero.py _all_gather_params -> distributed.py all_gather_coalesced:
+    # _flatten_dense_tensors), 2·(1 + 1/D) bytes a parameter, allocated after the backward:
+    # the caching allocator keeps the backward's blocks, so they add to the reserved peak
     accumulator = i.x["gradient_buffers"] > 0
-    grad16_b = o.where(accumulator & (i.dp > 1), _WEIGHT_B, 0.0)
+    gathered = _WEIGHT_B * (1.0 + 1.0 / o.maximum(dp_cp, 1.0))
+    grad16_b = o.where(accumulator & (i.dp > 1), o.where(zero >= 1, gathered, _WEIGHT_B), 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
     full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
