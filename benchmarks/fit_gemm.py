@@ -3,16 +3,18 @@
 Run: .venv/bin/python benchmarks/fit_gemm.py [--write]
 
 For each (device family, precision) the efficiency is the geometric mean over its cases of
-measured / model-at-efficiency-1, where the model's value is its best FLOP/s over the same
-kind of shape sweep the benchmark runs for best-achievable (MAMF) cases, and its FLOP/s at the
-stated shape otherwise (so tile and wave quantisation are accounted for). A timing that
-includes a host overhead per call (``measured.includes_host_overhead``: JAX's dispatch, timed
-with ``jax.block_until_ready``) has it taken off first; the overhead is fitted with the
+measured / model-at-efficiency-1 (a device whose preset holds its own ``gemm_efficiency``, as
+GB200's, gets its own from its cases, which its family's leaves out), where the model's value
+is its best FLOP/s over the same kind of shape sweep the benchmark runs for best-achievable
+(MAMF) cases, and its FLOP/s at the stated shape otherwise (so tile and wave quantisation
+are accounted for). A timing that includes a host overhead per call
+(``measured.includes_host_overhead``: JAX's dispatch, timed with ``jax.block_until_ready``)
+has it taken off first; the overhead is fitted with the
 efficiencies, as the harness's case of fewest FLOPs less its modelled kernel (JAX's 1024^3
 XLA matmul on TPU v5e, where the kernel is a tenth of the call).
 Prints the fit and the per-case error; ``--write`` updates the gemm_efficiency values of
-configs/calibration/kernels.yaml and the host overheads of frameworks.yaml in place (comments
-kept).
+configs/calibration/kernels.yaml, those of the device presets that hold their own
+(configs/devices/) and the host overheads of frameworks.yaml in place (comments kept).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from deepflow.config.loader import builtin_config_dir
 from deepflow.validation import (
     gemm_case_caps,
+    gemm_efficiency_key,
     gemm_microbenchmarks,
     host_overhead_name,
     host_overhead_s,
@@ -55,8 +58,7 @@ def fit() -> tuple[dict[tuple[str, str], float], dict[str, float]]:
         for case in cases:
             if any(case is anchor for anchor in anchors.values()):
                 continue
-            caps = gemm_case_caps(case)
-            key = (caps.family, caps.precision)
+            key = gemm_efficiency_key(gemm_case_caps(case))
             (unit,) = score_gemm_cases([case], efficiency_override={key: 1.0},
                                        host_overheads=dict.fromkeys(overheads, 0.0))  # fmt: skip
             ratio = unit["measured_tflops"] / unit["model_tflops"]
@@ -108,6 +110,33 @@ def write(fitted: dict[tuple[str, str], float], path: Path) -> None:
     set_values(path, fitted, indent=6, key="[a-z0-9]+", fmt=".4f", block="gemm_efficiency")
 
 
+def write_devices(fitted: dict[tuple[str, str], float], folder: Path) -> list[Path]:
+    """Set the fitted ``gemm_efficiency`` of each (device preset, precision) in
+    ``folder/<preset>.yaml`` in place (its block's two-space entries, comments kept)."""
+    written = []
+    for preset in sorted({name for name, _ in fitted}):
+        path = folder / f"{preset}.yaml"
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        inside, found = False, set()
+        for i, line in enumerate(lines):
+            if re.match(r"^gemm_efficiency:", line):
+                inside = True
+                continue
+            if inside and not line.startswith("  "):
+                inside = False
+            entry = re.match(r"^(  )([a-z0-9]+):\s*([0-9.]+)(\s*#.*)?$", line)
+            if inside and entry and (preset, entry.group(2)) in fitted:
+                value = fitted[(preset, entry.group(2))]
+                lines[i] = f"{entry.group(1)}{entry.group(2)}: {value:.4f}{entry.group(4) or ''}\n"
+                found.add(entry.group(2))
+        missing = {p for name, p in fitted if name == preset} - found
+        if missing:
+            raise SystemExit(f"{path}: no 'gemm_efficiency: {sorted(missing)[0]}' entry to set")
+        path.write_text("".join(lines), encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def write_overheads(overheads: dict[str, float], path: Path) -> None:
     """Set ``call_overhead_us`` of each fitted host overhead in frameworks.yaml in place."""
     text = path.read_text(encoding="utf-8")
@@ -142,9 +171,14 @@ def main() -> None:
         f"\nmean |error| {100 * mean:.1f} %, max |error| {100 * worst:.1f} % over {len(rows)} cases"
     )
     if args.write:
+        from deepflow.config.specs import DEVICE_FAMILIES
+
         path = builtin_config_dir() / "calibration" / "kernels.yaml"
-        write(fitted, path)
+        write({k: v for k, v in fitted.items() if k[0] in DEVICE_FAMILIES}, path)
         print(f"wrote {path}")
+        devices = {k: v for k, v in fitted.items() if k[0] not in DEVICE_FAMILIES}
+        for written in write_devices(devices, builtin_config_dir() / "devices"):
+            print(f"wrote {written}")
         path = builtin_config_dir() / "calibration" / "frameworks.yaml"
         write_overheads(overheads, path)
         print(f"wrote {path}")

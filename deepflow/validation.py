@@ -45,6 +45,7 @@ __all__ = [
     "float8_linear_microbenchmarks",
     "float8_linear_speedup",
     "gemm_case_caps",
+    "gemm_efficiency_key",
     "gemm_microbenchmarks",
     "hbm_stream_case_caps",
     "hbm_stream_microbenchmarks",
@@ -116,6 +117,17 @@ def gemm_case_caps(case: dict[str, Any], *, gemm_efficiency: float | None = None
     return caps
 
 
+def gemm_efficiency_key(caps: DeviceCaps) -> tuple[str, str]:
+    """Whose GEMM efficiency a GEMM case's capabilities carry: (its device preset,
+    precision) where the preset holds its own (``gemm_efficiency``, measured on that device),
+    else (its family, precision). ``benchmarks/fit_gemm.py`` fits one value per key."""
+    from deepflow.oracle.hardware import device_gemm_efficiency
+
+    preset = str(caps.name).split("+", 1)[0]  # a preset with overrides (a power limit)
+    own = device_gemm_efficiency(load_device(preset), caps.precision)
+    return (preset, caps.precision) if own is not None else (caps.family, caps.precision)
+
+
 def best_achievable_flops(caps: DeviceCaps) -> float:
     """The model's best FLOP/s over the MAMF-style shape sweep."""
     m, n, k = np.meshgrid(MAMF_SWEEP, MAMF_SWEEP, MAMF_SWEEP, indexing="ij")
@@ -182,7 +194,7 @@ def score_gemm_cases(
     rows = []
     for case in gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)
-        key = (caps.family, caps.precision)
+        key = gemm_efficiency_key(caps)
         if efficiency_override and key in efficiency_override:
             caps = dataclasses.replace(caps, gemm_efficiency=efficiency_override[key])
         shape = _gemm_shape(case)

@@ -912,6 +912,55 @@ def test_gemms_under_a_power_limit_set_the_matrix_rate_there_and_only_there() ->
     assert efficiencies[("hopper", "fp8")] == pytest.approx(cal.gemm_efficiency["fp8"], abs=6e-5)
 
 
+def test_a_device_with_its_own_matmul_benchmark_holds_its_own_efficiency() -> None:
+    """GB200's preset holds the GEMM efficiency its MAMF rows measure (fitted by
+    benchmarks/fit_gemm.py, whose Blackwell family fit leaves them out); B200 and GB300 take
+    the family's; the 16-bit formats stand in for each other; FP4 takes the family's."""
+    from deepflow.config import load_device
+    from deepflow.config.calibration import current_calibration
+    from deepflow.oracle.hardware import device_caps, device_gemm_efficiency
+    from deepflow.validation import gemm_case_caps, gemm_efficiency_key, gemm_microbenchmarks
+
+    gb200, b200 = load_device("gb200"), load_device("b200")
+    family = current_calibration().kernel("blackwell")
+    assert device_gemm_efficiency(b200, "bf16") is None
+    assert device_gemm_efficiency(gb200, "fp16") == gb200.gemm_efficiency["bf16"]
+    assert device_gemm_efficiency(gb200, "fp4") is None
+    for precision in ("bf16", "fp8"):
+        assert device_caps(gb200, precision).gemm_efficiency == gb200.gemm_efficiency[precision]
+        assert device_caps(b200, precision).gemm_efficiency == family.gemm_efficiency[precision]
+        gb300 = device_caps(load_device("gb300"), precision)
+        assert gb300.gemm_efficiency == family.gemm_efficiency[precision]
+    assert device_caps(gb200, "fp4").gemm_efficiency == family.gemm_efficiency["fp4"]
+    assert gb200.gemm_efficiency["bf16"] < family.gemm_efficiency["bf16"]
+    keys = {gemm_efficiency_key(gemm_case_caps(c)) for c in gemm_microbenchmarks()
+            if "GB200" in str(c["hardware"]["accelerator"])}  # fmt: skip
+    assert keys == {("gb200", "bf16"), ("gb200", "fp8")}
+    efficiencies, _ = _script("fit_gemm").fit()
+    for key, value in efficiencies.items():
+        if key[0] == "gb200":
+            assert value == pytest.approx(gb200.gemm_efficiency[key[1]], abs=6e-5)
+        elif key[0] == "blackwell":
+            assert value == pytest.approx(family.gemm_efficiency[key[1]], abs=6e-5)
+
+
+def test_the_device_writer_sets_only_its_gemm_efficiency_block(tmp_path: Path) -> None:
+    fit_gemm = _script("fit_gemm")
+    (tmp_path / "gb200.yaml").write_text(
+        "peak_dense_TFLOPS:\n  bf16: 2500  # p\ngemm_efficiency:   # own\n  bf16: 0.7  # a\n"
+        "  fp8: 0.6\nhbm_technology: hbm3e\n",
+        encoding="utf-8",
+    )
+    (path,) = fit_gemm.write_devices({("gb200", "bf16"): 0.73801, ("gb200", "fp8"): 0.7328},
+                                     tmp_path)  # fmt: skip
+    assert path.read_text(encoding="utf-8") == (
+        "peak_dense_TFLOPS:\n  bf16: 2500  # p\ngemm_efficiency:   # own\n  bf16: 0.7380  # a\n"
+        "  fp8: 0.7328\nhbm_technology: hbm3e\n"
+    )
+    with pytest.raises(SystemExit, match="no 'gemm_efficiency: fp4' entry to set"):
+        fit_gemm.write_devices({("gb200", "fp4"): 0.6}, tmp_path)
+
+
 def _script(name: str) -> Any:
     """A benchmarks/ script as a module (benchmarks/ on the path, as when it runs)."""
     import importlib.util

@@ -165,6 +165,11 @@ class DeviceSpec:
         doc="device-to-host copy rate per device while every device of the node copies "
             "(nvbandwidth all_to_host); absent: PCIe Gen5 x16's measured rate",
     )  # fmt: skip
+    gemm_efficiency: Mapping[str, float] = key(
+        "gemm_efficiency", gt=0, le=1, keys=PEAK_PRECISIONS, default={},
+        doc="achieved/peak of large GEMMs measured on this device (its own matmul "
+            "microbenchmark, fitted by benchmarks/fit_gemm.py); absent: the family's",
+    )  # fmt: skip
 
     @property
     def precisions(self) -> tuple[str, ...]:

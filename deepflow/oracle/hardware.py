@@ -52,6 +52,7 @@ __all__ = [
     "derived_caps_fields",
     "design_table",
     "device_caps",
+    "device_gemm_efficiency",
     "device_summary",
     "power_limit_clock_ratio",
     "power_limit_matrix_ratio",
@@ -569,6 +570,19 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
     }
 
 
+def device_gemm_efficiency(device: DeviceSpec | DesignDeviceSpec, precision: str) -> float | None:
+    """The GEMM efficiency measured on this very device at ``precision`` (``gemm_efficiency``
+    in its preset: its own matmul microbenchmark, fitted by ``benchmarks/fit_gemm.py``, whose
+    family fit leaves those rows out), the two 16-bit formats standing in for each other (the
+    same matrix units); None where the device has none (design mode: never), so the family's
+    applies (docs/model.md §C6.1)."""
+    own = getattr(device, "gemm_efficiency", None) or {}
+    for p in (precision, *{"fp16": ("bf16",), "bf16": ("fp16",)}.get(precision, ())):
+        if p in own:
+            return float(own[p])
+    return None
+
+
 def derived_caps_fields(d: Mapping[str, Any], precision: str) -> dict[str, Any]:
     """DeviceCaps fields of design-mode devices from :func:`derive` output (scalars or arrays)."""
     sms = np.maximum(d["num_sms"], 1.0)
@@ -681,6 +695,9 @@ def device_caps(
         "bytes_per_element": BYTES_PER_ELEMENT[precision],
         **_calibration_fields(cal, precision),
     }
+    own = device_gemm_efficiency(device, precision)
+    if own is not None:  # the device's own matmul microbenchmark, not its family's
+        common["gemm_efficiency"] = own
     if isinstance(device, DesignDeviceSpec):
         derived = derived_caps_fields(derive_one(device), precision)
         scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}
