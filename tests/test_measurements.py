@@ -1138,6 +1138,19 @@ def test_a_written_case_scenario_reproduces_its_case(tmp_path: Path, case_id: st
     assert not list(path.parent.glob(".*.part"))
 
 
+def test_a_case_scenario_says_how_its_step_is_scaled_to_the_measured_batch() -> None:
+    from deepflow.validation import case_scenario, load_cases, score_training_cases
+
+    (case,) = load_cases(group="korthikanti2022_t5_22B_full_recompute")
+    case = copy.deepcopy(case)
+    case["training"]["global_batch_size"] += 1  # 5 sequences on a micro-batch of 4
+    scenario, note = case_scenario(case)
+    assert scenario.workload.global_batch_size == 4
+    assert note == "validate reads step_time_s x 1.25 (the case's global batch / the modelled one)"
+    (row,) = score_training_cases([case])
+    assert row["model_s"] == pytest.approx(evaluate_one(scenario)["step_time_s"] * 1.25, rel=1e-12)
+
+
 def test_cli_writes_the_scored_cases_scenarios_and_evaluate_reads_them(tmp_path: Path) -> None:
     folder = tmp_path / "cases"
     result = runner.invoke(app, ["validate", "--group", "korthikanti2022_t5_22B*",
