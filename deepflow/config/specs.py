@@ -320,8 +320,9 @@ class WorkloadSpec:
     )  # fmt: skip
     cuda_graph_padding: bool = key(
         "cuda_graph_padding", default=False,
-        doc="serving: decode-only iterations run a CUDA graph captured for the next power of "
-            "two of the batch (TensorRT-LLM's cuda_graph_config enable_padding)",
+        doc="serving: decode-only iterations run the CUDA graph captured for the smallest "
+            "listed batch that holds them, at most the executor's min(max_batch_size, "
+            "max_num_tokens) (TensorRT-LLM's cuda_graph_config enable_padding)",
     )  # fmt: skip
     first_token_from_decode: bool = key(
         "first_token_from_decode", default=False,

@@ -183,14 +183,34 @@ def test_continuous_batching_joins_prompts_to_running_decodes() -> None:
     assert one[0]["tpot_s"] == pytest.approx(one[1]["tpot_s"], rel=1e-12)
 
 
-def test_cuda_graph_padding_runs_decode_at_the_next_power_of_two() -> None:
+def test_cuda_graph_padding_runs_decode_at_the_next_captured_batch() -> None:
     base = {"global_batch_size": 100, "output_tokens": 2048, "batching": "static"}
     padded = evaluate_one(serving(**base, cuda_graph_padding=True))
     plain = evaluate_one(serving(**base))
-    as_128 = evaluate_one(serving(**{**base, "global_batch_size": 128}))
-    assert padded["breakdown_s"]["decode_gemm"] == as_128["breakdown_s"]["decode_gemm"]
+
+    assert (
+        padded["breakdown_s"]["decode_gemm"]
+        == evaluate_one(serving(**{**base, "global_batch_size": 128}))["breakdown_s"]["decode_gemm"]
+    )
     assert padded["breakdown_s"]["decode_gemm"] > plain["breakdown_s"]["decode_gemm"]
     assert padded["breakdown_s"]["decode_attention"] == plain["breakdown_s"]["decode_attention"]
+    # short requests, so that 300 fit the KV cache
+    short = {"input_tokens": 64, "output_tokens": 256, "batching": "static"}
+
+    def decode_gemm(batch: int, **keys: object) -> float:
+        run = evaluate_one(serving(**{**short, "global_batch_size": batch, **keys}))
+        assert run["active_batch"] == batch
+        return float(run["breakdown_s"]["decode_gemm"])
+
+    # the performance overview's capture list has 384 between 256 and 512
+    assert decode_gemm(300, cuda_graph_padding=True) == decode_gemm(384)
+    # the executor pads to its own largest decode batch, min(max_batch_size, max_num_tokens),
+    # where the next captured size is above it
+    capped = decode_gemm(300, max_batch_size=320, cuda_graph_padding=True)
+    assert capped == decode_gemm(320, max_batch_size=320) < decode_gemm(384)
+    assert decode_gemm(300, max_num_tokens=310, cuda_graph_padding=True) == decode_gemm(
+        310, max_num_tokens=310
+    )
 
 
 def test_tensor_parallel_beyond_the_kv_heads_replicates_them() -> None:

@@ -77,6 +77,9 @@ _FLASH_KV_TILE = 128.0
 #: Logits are upcast to fp32 for sampling (vLLM v1 Sampler: ``logits.to(torch.float32)``;
 #: TensorRT-LLM's sampler keeps float logits): bytes per vocabulary entry of an emitting token.
 _LOGIT_BYTES = 4.0
+#: The CUDA-graph batch sizes TensorRT-LLM's performance overview captures (perf-overview.md,
+#: ``llm_options.yml``: ``cuda_graph_config.batch_sizes`` with ``enable_padding: true``).
+_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
 class _Shape(NamedTuple):
@@ -440,7 +443,7 @@ def inference_step(
     # iterations (of a request's s_out) that carry prompts
     carrying = np.where(static, 1.0, s_out * np.minimum(joining, 1.0))
     context = s_in + s_out / 2  # decode time is linear in the context: its mean
-    padded = np.where(x["cuda_graph_padding"] > 0, 2.0 ** np.ceil(np.log2(micro)), micro)
+    padded = np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, micro), micro)
     dec = _iteration(caps, o, s, x, micro, context, 0.0, 0.0, padded)
     others = np.where(static, 0.0, np.maximum(micro - prompts, 0.0))
     # a server whose prefill leaves each prompt's last token to the next decode iteration
@@ -482,6 +485,20 @@ def inference_step(
         "max_concurrency": capacity,
         "active_batch": batch,
     }
+
+
+def _graph_batch(x: Mapping[str, F], micro: F) -> F:
+    """The batch a padded decode iteration runs (docs/model.md §D2, CUDA-graph padding): the
+    smallest captured batch size that holds the iteration's requests, from the capture list
+    of TensorRT-LLM's performance overview (``cuda_graph_config.batch_sizes``), where the
+    executor replaces the sizes above its largest decode batch, min(max_batch_size,
+    max_num_tokens), by that batch (``_filter_cuda_graph_batch_sizes``)."""
+    sizes = np.asarray(_GRAPH_BATCH_SIZES)
+    nxt = sizes[np.minimum(np.searchsorted(sizes, micro), sizes.size - 1)]
+    nxt = np.where(micro > sizes[-1], micro, nxt)
+    cap_b = np.where(x["max_batch_size"] > 0, x["max_batch_size"], np.inf)
+    cap_t = np.where(x["max_num_tokens"] > 0, x["max_num_tokens"], np.inf)
+    return np.maximum(np.minimum(nxt, np.minimum(cap_b, cap_t)), micro)
 
 
 def _slow16(caps: DeviceCaps) -> Any:

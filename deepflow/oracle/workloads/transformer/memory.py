@@ -237,8 +237,10 @@ def memory(
     = L layers; interleaving adds (p − 1)/(p·v) (§C2.3); fewer micro-batches than stages scale
     it by m/p; full recompute re-materialises one layer at a time. nanotron's fp32 gradient
     accumulator adds the 16-bit ``.grad`` (2) and, with data parallelism, DDP's 16-bit
-    buckets (2) to its unsharded fp32 buffer; its compute-balanced stages give the first
-    stage more layers (:func:`stage_layers`).
+    buckets (2) or, under ZeRO-1, the optimizer step's gather buffers (2 + 2/D, on top of
+    the backward's cached blocks where the device holds both, else in the memory the backward
+    freed) to its unsharded fp32 buffer; its compute-balanced stages give the first stage
+    more layers (:func:`stage_layers`).
     """
     dp_cp = i.dp * i.cp
     zero = i.zero
@@ -295,7 +297,9 @@ def memory(
     # the caching allocator keeps the backward's blocks, so they add to the reserved peak
     accumulator = i.x["gradient_buffers"] > 0
     gathered = _WEIGHT_B * (1.0 + 1.0 / o.maximum(dp_cp, 1.0))
-    grad16_b = o.where(accumulator & (i.dp > 1), o.where(zero >= 1, gathered, _WEIGHT_B), 0.0)
+    # DDP's buckets live through the step; ZeRO-1's gather buffers only after the backward
+    grad16_b = o.where(accumulator & (i.dp > 1) & (zero < 1), _WEIGHT_B, 0.0)
+    after_b = o.where(accumulator & (i.dp > 1) & (zero >= 1), gathered, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
     full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
@@ -344,7 +348,7 @@ def memory(
     last_total_act = _ACTIVATION_OVERHEAD * last_act + logits
     # the model states per parameter; the two ends differ only in their layers' states
     state_b = (weight_b / shard_w + master_b / shard_opt + grad_b / shard_g
-               + _ADAM_B / shard_opt + grad16_b)  # fmt: skip
+               + _ADAM_B / shard_opt + grad16_b + after_b)  # fmt: skip
     last_is_peak = (i.pp > 1) & (last_total_act - first_act > state_b * (n_first - n_last))
     if stage != "peak":  # the stage a source measured on (its rank)
         last_is_peak = (i.pp > 1) & (stage == "last")
@@ -367,6 +371,19 @@ def memory(
         "logits": o.where(last_is_peak, logits, first_logits),
         "workspace": cal.workspace_B + 0.0 * n,
     }
+    # the optimizer step's buffers, allocated once the backward has freed its activations:
+    # on the cached blocks the allocator keeps, unless the device cannot hold both, when a
+    # failed cudaMalloc makes it release its free cached blocks and retry (PyTorch
+    # c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc), so the buffers add
+    # only what exceeds the memory the backward freed
+    after = after_b * n
+    before = sum(terms.values())
+    with_cache = (
+        (before + after) * (1.0 + cal.fragmentation) + cal.cuda_context_B + cal.nccl_buffers_B
+    )
+    freed = terms["activations"] + terms["logits"] + grad16
+    fits = with_cache <= o.caps.hbm_capacity_B
+    terms["gradients"] = terms["gradients"] + o.where(fits, after, o.maximum(after - freed, 0.0))
     allocated = sum(terms.values())
     terms["fragmentation"] = cal.fragmentation * allocated
     terms["cuda_context"] = cal.cuda_context_B + 0.0 * n
