@@ -89,7 +89,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 #: The memory-relevant and late-added flags, the same for every public group (Megatron-style
 #: fp32 main gradients, Transformer Engine's FP8 weight cache, no pipeline-send overlap).
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
-            "tp_async_backward": True, "master_weights": "fp32",
+            "tp_async_backward": True, "master_weights": "fp32", "recorded_tp_gradients": False,
             "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
             "fused_swiglu": True, "fused_norm": True, "fused_rotary": True,
             "fp8_recipe": "tensorwise", "pipeline_balance": "layers"}  # fmt: skip
@@ -332,9 +332,22 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             # (src/nanotron/models/llama.py); torchtitan without torch.compile runs its block in
             # eager PyTorch too (:func:`_eager_torchtitan`)
             "fused_swiglu": not nanotron and not eager,
+            # nanotron's asynchronous TP linears (tp_linear_async_communication) reduce-scatter
+            # the backward's full-length input gradients with async_op=True
+            # (src/nanotron/parallel/tensor_parallel/functional.py), which PyTorch records on
+            # NCCL's stream (docs/model.md §C2.5)
+            "recorded_tp_gradients": nanotron and _async_tp_linears(case),
             "fused_norm": not (eager and date >= (2024, 5)),
             "fused_rotary": not eager,
             **_compiled_stack_flags(case)}  # fmt: skip
+
+
+def _async_tp_linears(case: dict[str, Any]) -> bool:
+    """Whether a nanotron case's TP linears communicate asynchronously: its ``tp_mode`` text
+    says so (``tp_linear_async_communication``, which nanotron honours in REDUCE_SCATTER mode
+    only)."""
+    mode = str((case.get("training") or {}).get("tp_mode") or "").lower()
+    return "reduce_scatter" in mode and bool(re.search(r"\basync", mode))
 
 
 def _pipeline_balance(text: str, nanotron: bool) -> str:
@@ -939,6 +952,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "flash_attention": flags["flash"],
             "tp_comm_overlap": flags["tp_overlap"] and tp > 1,
             "tp_async_backward": flags["tp_async_backward"],
+            "recorded_tp_gradients": flags["recorded_tp_gradients"] and tp > 1,
             "master_weights": flags["master_weights"],
             "attention_kernel": flags["attention_kernel"],
             "fp8_params": flags["fp8_params"],

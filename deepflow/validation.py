@@ -451,7 +451,7 @@ def score_training_cases(cases: list[dict[str, Any]] | None = None) -> list[dict
 # ------------------------------------------------------------------------ peak memory
 #: The memory breakdown's terms each measured kind counts (docs/model.md §C2.6).
 _MEMORY_KIND_TERMS = {
-    "allocated": ("fragmentation", "cuda_context", "nccl_buffers"),
+    "allocated": ("fragmentation", "recorded_blocks", "cuda_context", "nccl_buffers"),
     "reserved": ("cuda_context", "nccl_buffers"),
     "device": (),
 }

@@ -642,6 +642,17 @@ def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_
     assert (megatron["gradient_buffers"], megatron["pipeline_balance"]) == ("main", "layers")
 
 
+def test_nanotrons_asynchronous_tp_linears_leave_their_gradients_recorded() -> None:
+    def recorded(mode: str, framework_name: str = "nanotron v0.5 (HF), PyTorch") -> bool:
+        return bool(framework({"group": "g", "source": {"year": 2025}, "training": {
+            "framework": framework_name, "tp_mode": mode}})["recorded_tp_gradients"])  # fmt: skip
+
+    assert recorded("REDUCE_SCATTER (sequence-parallel style) with async TP linear comm")
+    assert not recorded("REDUCE_SCATTER")  # synchronous linears
+    assert not recorded("ALL_REDUCE with async TP linear comm")  # nanotron: REDUCE_SCATTER only
+    assert not recorded("REDUCE_SCATTER with async TP linear comm", "Megatron-Core")
+
+
 def test_the_measured_rank_names_its_pipeline_stage() -> None:
     megatron = {
         "group": "g",

@@ -299,6 +299,13 @@ class MemoryCalibration:
     )
     cuda_context_B: float = key("cuda_context_MiB", scale=MiB, ge=0, doc="context + kernels")
     nccl_buffers_B: float = key("nccl_buffers_MiB", scale=MiB, ge=0, doc="NCCL's own buffers")
+    recorded_layers_ahead: float = key(
+        "recorded_layers_ahead",
+        ge=0,
+        default=0.0,
+        doc="layers the backward's host thread runs ahead of the GPU, holding their recorded "
+        "TP gradient blocks (recorded_tp_gradients)",
+    )
     buffer_lifetime: str = key(
         "buffer_lifetime",
         choices=BUFFER_LIFETIMES,

@@ -467,6 +467,15 @@ class MappingSpec:
         default=True,
         doc="backward TP collectives under the other GEMM (Megatron) or waited on (DTensor)",
     )
+    recorded_tp_gradients: bool = knob(
+        "recorded_tp_gradients",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="the backward's asynchronous TP reduce-scatters record their full-length input "
+            "gradients on NCCL's stream, so the caching allocator holds each block until the "
+            "GPU has run the collective (nanotron): reserved memory",
+    )  # fmt: skip
     overlap_grad_reduce: bool = knob(
         "overlap_grad_reduce",
         workloads=_LLM,

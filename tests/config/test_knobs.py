@@ -114,6 +114,7 @@ SPACE = {
         "flash_attention": {"type": "categorical", "choices": [True, False]},
         "tp_comm_overlap": {"type": "fixed", "value": True},
         "tp_async_backward": {"type": "categorical", "choices": [False, True]},
+        "recorded_tp_gradients": {"type": "categorical", "choices": [False, True]},
         "master_weights": {"type": "categorical", "choices": ["fp32", "remainders"]},
         "gradient_buffers": {"type": "categorical", "choices": ["main", "fp32_accumulator"]},
         "fused_swiglu": {"type": "categorical", "choices": [False, True]},

@@ -357,6 +357,43 @@ def test_zero1_gather_buffers_take_the_backwards_memory_where_the_device_cannot_
     assert kept[0] > 0 and kept[1] == 0
 
 
+def test_recorded_tp_gradients_hold_two_full_length_blocks_a_layer_the_host_runs_ahead() -> None:
+    # nanotron's asynchronous reduce-scatters of the column linears' full-length input
+    # gradients: reserved (not allocated) memory, two blocks of s·b·h for each of the layers
+    # the host thread leads the GPU by, up to the memory the device has left
+    s = with_capacity(llama(), 160 * 2**30)
+    model = s.workload.model
+    assert isinstance(model, TransformerSpec)
+    columns = {"tensor_parallel": 2, "sequence_parallel": 1, "data_parallel": 4,
+               "pipeline_parallel": 1, "micro_batch_size": 2}  # fmt: skip
+    total, plain = memory_of(s, **columns)
+    held_total, held = memory_of(s, **columns, recorded_tp_gradients=1)
+    ahead = current_calibration().memory_of("hopper").recorded_layers_ahead
+    layers = min(model.num_layers, ahead)
+    block = 2 * model.seq_length * 2 * model.hidden_size  # s·b·h in 16 bits
+    assert held["recorded_blocks"] == pytest.approx(2 * layers * block, rel=1e-12)
+    assert held_total == pytest.approx(total + held["recorded_blocks"], rel=1e-12)
+    assert plain["recorded_blocks"] == 0.0
+    assert {k: v for k, v in held.items() if k != "recorded_blocks"} == {
+        k: v for k, v in plain.items() if k != "recorded_blocks"}  # fmt: skip
+    # without tensor parallelism nothing is reduce-scattered
+    assert memory_of(s, **{**columns, "tensor_parallel": 1},
+                     recorded_tp_gradients=1)[1]["recorded_blocks"] == 0.0  # fmt: skip
+    # near the capacity the allocator waits for the collectives and frees the blocks: they
+    # fill what is left and never make a run not fit
+    tight_total, tight = memory_of(with_capacity(s, total + block), **columns,
+                                   recorded_tp_gradients=1)  # fmt: skip
+    assert tight["recorded_blocks"] == pytest.approx(block, rel=1e-9)
+    assert tight_total == pytest.approx(total + block, rel=1e-9)
+    # an allocated peak leaves them out
+    from deepflow.validation import modelled_peak_memory_B
+
+    result = {"memory_per_device_B": held_total, "memory_breakdown_B": held}
+    assert modelled_peak_memory_B(result, "allocated") == pytest.approx(
+        modelled_peak_memory_B({"memory_per_device_B": total, "memory_breakdown_B": plain},
+                               "allocated"), rel=1e-12)  # fmt: skip
+
+
 def with_capacity(s: Scenario, capacity_B: float) -> Scenario:
     """``s`` on its device with ``capacity_B`` bytes of memory."""
     device = dataclasses.replace(s.system.device, hbm_capacity_B=capacity_B)

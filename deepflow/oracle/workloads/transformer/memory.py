@@ -143,7 +143,8 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
 
 
 #: The breakdown's terms, in order: what the caching allocator holds (the first nine), then
-#: what lies around it (fragmentation, CUDA context and NCCL buffers).
+#: what lies around it (fragmentation, freed blocks it holds for a stream, CUDA context and
+#: NCCL buffers).
 MEMORY_TERMS = (
     "weights",
     "master_weights",
@@ -155,6 +156,7 @@ MEMORY_TERMS = (
     "logits",
     "workspace",
     "fragmentation",
+    "recorded_blocks",
     "cuda_context",
     "nccl_buffers",
 )
@@ -215,6 +217,31 @@ def stage_layers(i: Inputs, o: Any) -> tuple[Any, Any]:
     compute_balanced = i.x["pipeline_balance"] == _COMPUTE_BALANCED
     return (o.where(compute_balanced, first, i.layers_ends),
             o.where(compute_balanced, last, i.layers_ends))  # fmt: skip
+
+
+def recorded_tp_blocks(
+    i: Inputs, o: Any, first_layers: Any, last_layers: Any, last_is_peak: Any, free: Any,
+    ahead: float,
+) -> Any:  # fmt: skip
+    """Blocks the caching allocator holds for NCCL's stream in the backward (docs/model.md
+    §C2.5, ``recorded_tp_gradients``): with sequence parallelism, nanotron's column-parallel
+    linears (QKV and the MLP's up projection) compute their input gradient at full sequence
+    length, s·b·h, and reduce-scatter it asynchronously (``_ColumnLinearAsyncCommunication.
+    backward``: ``dist.reduce_scatter_tensor(..., async_op=True)``), whose tensors PyTorch's
+    ProcessGroupNCCL records on its stream (only synchronous collectives skip it:
+    ``avoidRecordStreams = avoidRecordStreams_ || !opts.asyncOp``), so a freed gradient's
+    block is not reused until the GPU has run the collective (``Tensor.record_stream``). The
+    autograd thread enqueues the stage's backward ahead of the GPU, two such blocks a layer
+    for the ``ahead`` layers it leads by (``recorded_layers_ahead``, fitted by
+    benchmarks/fit_memory.py), up to the memory the device has left: there a failed
+    ``cudaMalloc`` makes the allocator wait for those collectives and free their blocks
+    (``release_cached_blocks`` -> ``synchronize_and_free_events``), so they are reserved
+    memory, never a reason not to fit.
+    """
+    layers = o.minimum(o.where(last_is_peak, last_layers, first_layers), ahead)
+    full = 2.0 * i.s_loc * i.mb * i.h * i.p
+    on = (i.x["recorded_tp_gradients"] > 0) & (i.tp > 1) & i.sp
+    return o.where(on, o.minimum(layers * full, o.maximum(free, 0.0)), 0.0)
 
 
 #: Which pipeline stage :func:`memory` counts: the peak one, or the first or last stage.
@@ -386,8 +413,14 @@ def memory(
     terms["gradients"] = terms["gradients"] + o.where(fits, after, o.maximum(after - freed, 0.0))
     allocated = sum(terms.values())
     terms["fragmentation"] = cal.fragmentation * allocated
+    around = cal.cuda_context_B + cal.nccl_buffers_B
+    terms["recorded_blocks"] = recorded_tp_blocks(
+        i, o, first_layers, last_layers, last_is_peak,
+        free=o.caps.hbm_capacity_B - (allocated + terms["fragmentation"] + around),
+        ahead=cal.recorded_layers_ahead,
+    )  # fmt: skip
     terms["cuda_context"] = cal.cuda_context_B + 0.0 * n
     terms["nccl_buffers"] = cal.nccl_buffers_B + 0.0 * n
-    reserved = allocated + terms["fragmentation"]
+    reserved = allocated + terms["fragmentation"] + terms["recorded_blocks"]
     total = reserved + terms["cuda_context"] + terms["nccl_buffers"]
     return Memory(terms=terms, allocated=allocated, reserved=reserved, total=total)
