@@ -18,8 +18,8 @@ import re
 from collections import defaultdict
 
 import numpy as np
+from calibration_file import write_value
 
-from deepflow.config.loader import builtin_config_dir
 from deepflow.validation import float8_linear_microbenchmarks, score_float8_linear_case
 
 GRID = np.round(np.arange(0.30, 1.001, 0.01), 2)
@@ -56,11 +56,8 @@ def main() -> None:
         cells = ", ".join(f"{k}: {100 * np.mean(v):+.1f} %" for k, v in sorted(groups.items()))
         print(f"mean signed error by {name}: {cells}")
     if args.write:
-        path = builtin_config_dir() / "calibration" / "frameworks.yaml"
-        text = path.read_text(encoding="utf-8")
-        pattern = r"(\ntorchao_float8_rowwise:\n  cast_efficiency: )[0-9.]+"
-        path.write_text(re.sub(pattern, rf"\g<1>{best:.2f}", text, count=1), encoding="utf-8")
-        print(f"wrote {path}")
+        pattern = r"(\ntorchao_float8_rowwise:\n  cast_efficiency: )"
+        print(f"wrote {write_value('frameworks.yaml', pattern, f'{best:.2f}')}")
 
 
 if __name__ == "__main__":

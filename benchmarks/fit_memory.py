@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from calibration_file import write_value
 
 from deepflow.config.calibration import Calibration
-from deepflow.config.loader import builtin_config_dir
 from deepflow.data import load_measurements
 from deepflow.measurements import case_category
 from deepflow.validation import score_memory_cases
@@ -73,11 +72,8 @@ def main() -> None:
                       for tp, v in sorted(by_tp.items()))  # fmt: skip
     print(f"mean signed error by tensor parallelism: {cells}")
     if args.write:
-        path = builtin_config_dir() / "calibration" / "frameworks.yaml"
-        text = path.read_text(encoding="utf-8")
-        pattern = r"(\nmemory:\n(?:  .*\n)*?  recorded_layers_ahead: )[0-9.]+"
-        path.write_text(re.sub(pattern, rf"\g<1>{best}", text, count=1), encoding="utf-8")
-        print(f"wrote {path}")
+        pattern = r"(\nmemory:\n(?:  .*\n)*?  recorded_layers_ahead: )"
+        print(f"wrote {write_value('frameworks.yaml', pattern, str(best))}")
 
 
 if __name__ == "__main__":
