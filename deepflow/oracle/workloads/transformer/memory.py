@@ -404,16 +404,13 @@ def memory(
     # c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc), so the buffers add
     # only what exceeds the memory the backward freed
     after = after_b * n
-    before = sum(terms.values())
-    with_cache = (
-        (before + after) * (1.0 + cal.fragmentation) + cal.cuda_context_B + cal.nccl_buffers_B
-    )
+    around = cal.cuda_context_B + cal.nccl_buffers_B  # outside the allocator
+    with_cache = (sum(terms.values()) + after) * (1.0 + cal.fragmentation) + around
     freed = terms["activations"] + terms["logits"] + grad16
     fits = with_cache <= o.caps.hbm_capacity_B
     terms["gradients"] = terms["gradients"] + o.where(fits, after, o.maximum(after - freed, 0.0))
     allocated = sum(terms.values())
     terms["fragmentation"] = cal.fragmentation * allocated
-    around = cal.cuda_context_B + cal.nccl_buffers_B
     terms["recorded_blocks"] = recorded_tp_blocks(
         i, o, first_layers, last_layers, last_is_peak,
         free=o.caps.hbm_capacity_B - (allocated + terms["fragmentation"] + around),
