@@ -1104,6 +1104,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       loop of fixed-length requests (sessions that start together with equal lengths stay in
       lockstep whatever the scheduler: each round's prompts arrive together and finish
       together); continuous (in-flight) batching otherwise;
+    * an offline run (``arrivals: offline``) where all the case's requests were queued at once
+      (trtllm-bench throughput: "infinite request rate"), a closed loop of clients otherwise;
     * CUDA-graph padding of decode iterations where the case states padding is on
       (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
     * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
@@ -1120,6 +1122,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     lockstep = re.search(r"static|gptsessionbenchmark|closed loop.*fixed.length", text)
     out: dict[str, Any] = {
         "batching": "static" if lockstep else "continuous",
+        "arrivals": "offline" if offline_run(case) else "closed_loop",
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
         "kv_cache_reservation": kv_cache_reservation(case),
         "decode_kv_reads": decode_kv_reads(case),
@@ -1137,6 +1140,16 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     else:
         out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
     return out
+
+
+def offline_run(case: dict[str, Any]) -> bool:
+    """Whether the case queued all its requests at once and timed the run to its last
+    (trtllm-bench ``throughput``: "a local inference client is fed requests at an infinite
+    rate"; TensorRT-LLM perf-overview.md), as its mode or request rate states."""
+    inf = case.get("inference") or {}
+    mode = str(inf.get("mode") or "").lower()
+    rate = str(inf.get("request_rate") or "").lower()
+    return bool(re.search(r"\boffline\b", mode)) or rate in ("inf", "infinite")
 
 
 def kv_cache_reservation(case: dict[str, Any]) -> str:

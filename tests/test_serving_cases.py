@@ -18,6 +18,7 @@ from deepflow.measurements import (
     first_token_from_decode,
     inference_case_scenario,
     kv_cache_reservation,
+    offline_run,
     serving_scheduler,
     trtllm_bench_limits,
 )
@@ -59,6 +60,8 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     assert s.workload.batching == "continuous" and s.workload.cuda_graph_padding
     assert (s.workload.max_batch_size, s.workload.max_num_tokens) == trtllm_bench_limits(offline, s)
     assert s.workload.global_batch_size == offline["inference"]["num_requests"]
+    # trtllm-bench queues every request at once and times the run to the last (waves)
+    assert s.workload.arrivals == "offline"
     # TensorRT-LLM's PyTorch executor spends host time on every request every iteration
     host = current_calibration().serving.host_s_per_request
     assert s.workload.host_s_per_request == host == pytest.approx(45.11e-3 / 1536, rel=2e-3)
@@ -69,8 +72,19 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     # fixed-length sessions of a closed loop start together and stay in lockstep
     closed = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "static"
+    assert serving_scheduler(closed, inference_case_scenario(closed))["arrivals"] == "closed_loop"
     closed["inference"]["mode"] = "closed loop: 16 sessions, lengths drawn from ShareGPT"
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "continuous"
+
+
+def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> None:
+    case = _case("trtllm_l8b_h100_tp1_2048_128")
+    assert offline_run(case)
+    case["inference"]["mode"] = "max-throughput"
+    assert offline_run(case)  # request_rate "inf"
+    case["inference"]["request_rate"] = 4.0
+    assert not offline_run(case)
+    assert not offline_run(_case("lmdeploy_l2_7b_a100_tp1_c16_128_128"))
 
 
 def test_the_kv_cache_reservation_follows_each_frameworks_block_manager() -> None:

@@ -69,6 +69,10 @@ WORKLOAD_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "fp4")
 WORKLOAD_KINDS = ("training", "inference")
 #: How a server batches requests (``workload.batching``; docs/model.md §D2).
 SERVING_BATCHING = ("continuous", "static")
+#: How requests reach a server (``workload.arrivals``; docs/model.md §D2): a closed loop of
+#: ``global_batch_size`` clients, each sending its next request when its last one ends, or an
+#: offline run of ``global_batch_size`` requests queued at once that ends with its last.
+SERVING_ARRIVALS = ("closed_loop", "offline")
 #: How a server's scheduler reserves KV cache for a running request (``workload.kv_cache_
 #: reservation``; docs/model.md §D3): its whole context up front, or blocks as its tokens come.
 KV_CACHE_RESERVATIONS = ("full_context", "on_demand")
@@ -297,6 +301,13 @@ class WorkloadSpec:
         "batching", choices=SERVING_BATCHING, default="continuous",
         doc="serving: continuous (in-flight batching, prompts join running decodes) or static "
             "(a batch starts together and finishes together)",
+    )  # fmt: skip
+    arrivals: str = key(
+        "arrivals", choices=SERVING_ARRIVALS, default="closed_loop",
+        doc="serving: closed_loop (global_batch_size clients, each sending its next request when "
+            "its last ends: the server's steady state) or offline (global_batch_size requests "
+            "queued at once, the run ending with the last: trtllm-bench throughput; requests "
+            "beyond what runs at once follow in waves, the last one partial)",
     )  # fmt: skip
     max_batch_size: int = key(
         "max_batch_size", ge=0, default=0,

@@ -114,6 +114,48 @@ def test_the_kv_cache_bounds_concurrency_and_the_rest_waits() -> None:
     assert fp8["max_concurrency"] > 1.9 * r["max_concurrency"]
 
 
+def test_an_offline_run_drains_its_queue_in_waves_and_lasts_the_last_one() -> None:
+    cap = int(evaluate_one(serving())["max_concurrency"])
+
+    def both(n: int) -> tuple[dict, dict]:
+        return (evaluate_one(serving(global_batch_size=n)),
+                evaluate_one(serving(global_batch_size=n, arrivals="offline")))  # fmt: skip
+
+    # what runs at once (one wave), or whole waves: the closed loop's throughput
+    for n in (cap // 2, cap, 3 * cap):
+        closed, offline = both(n)
+        assert offline["tokens_per_s"] == pytest.approx(closed["tokens_per_s"], rel=1e-12)
+    # three whole waves: the j-th waits j cycles, a mean of one (the closed loop's: two)
+    closed, offline = both(3 * cap)
+    cycle = closed["step_time_s"]
+    assert offline["step_time_s"] == pytest.approx(3 * cycle, rel=1e-12)
+    assert offline["queue_wait_s"] == pytest.approx(cycle, rel=1e-12)
+    assert closed["queue_wait_s"] == pytest.approx(2 * cycle, rel=1e-12)
+    # two waves and a last of 5 requests: it lasts its own cycle, which still reads every
+    # weight each iteration, so the run is slower than the closed loop's steady state
+    closed, offline = both(2 * cap + 5)
+    last = evaluate_one(serving(global_batch_size=5))
+    assert offline["step_time_s"] == pytest.approx(2 * cycle + last["step_time_s"], rel=1e-12)
+    assert offline["tokens_per_s"] == pytest.approx(
+        (2 * cap + 5) * 128 / (2 * cycle + last["step_time_s"]), rel=1e-12
+    )
+    assert offline["tokens_per_s"] < closed["tokens_per_s"]
+    assert sum(offline["breakdown_s"].values()) == pytest.approx(offline["step_time_s"])
+    assert offline["active_batch"] == cap
+    assert offline["memory_per_device_B"] == closed["memory_per_device_B"]
+    # the requests' mean latency: the 5 wait two cycles, the second wave one
+    wait = (cap * 1 + 5 * 2) * cycle / (2 * cap + 5)
+    assert offline["queue_wait_s"] == pytest.approx(wait, rel=1e-12)
+    mean_cycle = (2 * cap * cycle + 5 * last["step_time_s"]) / (2 * cap + 5)
+    assert offline["request_latency_s"] == pytest.approx(wait + mean_cycle, rel=1e-12)
+
+
+def test_an_unknown_arrivals_mode_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"workload.arrivals must be one of: closed_loop, "
+                                          r"offline; got 'poisson'\."):  # fmt: skip
+        serving(arrivals="poisson")
+
+
 def test_on_demand_kv_blocks_admit_more_requests_than_full_context_reservation() -> None:
     # 1024 + 2048 tokens: reserved whole, a request holds 3072 tokens; paged, it holds on
     # average its prompt and half its output, 2048 tokens, so the same memory holds 1.5x as many
@@ -325,6 +367,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "max_batch_size": [0, 0, 0, 0, 1024],
         "kv_reads_per_query_head": [0, 1, 0, 1, 1],
         "first_token_from_decode": [0, 1, 1, 0, 0],
+        "offline": [1, 0, 1, 0, 1],
     }
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
     keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
@@ -335,6 +378,7 @@ def test_batch_equals_loop_of_singles() -> None:
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
         changes["first_token_from_decode"] = bool(columns["first_token_from_decode"][i])
+        changes["arrivals"] = "offline" if columns["offline"][i] else "closed_loop"
         changes["decode_kv_reads"] = ("per_query_head" if columns["kv_reads_per_query_head"][i]
                                       else "per_kv_head")  # fmt: skip
         changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]

@@ -18,7 +18,8 @@ reuse the training model's kernels and collectives:
 * **static batching**: the batch's prompts run together, then s_out − 1 decode iterations;
 * a closed loop that offers more requests than run waits for a slot (``queue_wait_s``, in
   ``ttft_s``): N requests in a closed system of B slots each taking the cycle C wait
-  C·(N/B − 1) (Little's law);
+  C·(N/B − 1) (Little's law); an offline run of N requests queued at once (``arrivals:
+  offline``) drains in floor(N/B) waves of B and a last one of N mod B, and lasts them all;
 * memory per device: the weights of its stage and shard, the KV cache of the running requests
   (at full context where the scheduler reserves it on admission, TensorRT-LLM's
   ``GUARANTEED_NO_EVICT``; at their mean context s_in + s_out/2 where paged blocks are
@@ -63,8 +64,8 @@ INFERENCE_COLUMNS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
     "ffn_hidden_size", "swiglu", "vocab_size", "tied_embeddings", "num_experts",
     "experts_per_token", "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes",
-    "static_batching", "kv_on_demand", "max_batch_size", "max_num_tokens", "cuda_graph_padding",
-    "host_s_per_request",
+    "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
+    "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel",
@@ -424,15 +425,19 @@ def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
     return capacity, batch, offered
 
 
-def inference_step(
-    caps: DeviceCaps, net: NetworkModel, x: Mapping[str, Any], cal: MemoryCalibration
-) -> dict[str, Any]:
-    """Serving figures of n cases (arrays of n for every :data:`INFERENCE_COLUMNS` name)."""
-    x = {k: np.asarray(v, dtype=float) for k, v in x.items()}
-    o = ArrayOps(caps, net)
-    s = _shape(caps, x)
-    capacity, batch, offered = _admitted(caps, x, s, cal)
-    memory, _ = _memory(caps, x, s, cal, batch)
+class _Run(NamedTuple):
+    """What ``batch`` requests running together take (arrays of n): time by part over a
+    request's slot (its prompt and s_out tokens), that slot, the first token's and each later
+    token's time."""
+
+    breakdown: dict[str, Any]
+    cycle: Any
+    ttft: Any
+    tpot: Any
+
+
+def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: Any) -> _Run:
+    """``batch`` requests on a replica: continuous batching's steady state or a static batch."""
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     static = x["static_batching"] > 0
     # pp micro-batches in flight; each iteration of one passes the pp stages
@@ -463,25 +468,68 @@ def inference_step(
     cycle = sum(breakdown.values())  # a request's slot: its prompt and s_out tokens
     ttft = sum(pre.values()) + late * sum(dec.values())
     tpot = np.where(s_out > 1, (cycle - ttft) / np.maximum(s_out - 1, 1.0), sum(dec.values()))
-    # a closed loop of N requests on B slots: each waits C·(N/B − 1) (Little's law)
-    wait = cycle * np.maximum(offered / batch - 1, 0.0)
+    return _Run(breakdown, cycle, ttft, tpot)
+
+
+def inference_step(
+    caps: DeviceCaps, net: NetworkModel, x: Mapping[str, Any], cal: MemoryCalibration
+) -> dict[str, Any]:
+    """Serving figures of n cases (arrays of n for every :data:`INFERENCE_COLUMNS` name)."""
+    x = {k: np.asarray(v, dtype=float) for k, v in x.items()}
+    o = ArrayOps(caps, net)
+    s = _shape(caps, x)
+    capacity, batch, offered = _admitted(caps, x, s, cal)
+    memory, _ = _memory(caps, x, s, cal, batch)
+    s_in, s_out = x["input_tokens"], x["output_tokens"]
+    full = _run(caps, o, s, x, batch)
+    offline = x["offline"] > 0
+    # an offline run of N requests on B slots (docs/model.md §D2, arrivals): requests of equal
+    # lengths admitted together finish together, so the queue drains in floor(N/B) full waves
+    # and one of the r = N mod B left, which still reads every weight each iteration; the run
+    # lasts them all. A closed loop of N clients keeps B running (a steady state)
+    waves = np.where(offline, np.floor(offered / batch), 0.0)
+    rest = np.where(offline, offered - waves * batch, 0.0)
+    if np.any(rest > 0):
+        part = _run(caps, o, s, x, np.maximum(rest, 1.0))
+
+        def kept(v: Any) -> Any:
+            return np.where(rest > 0, v, 0.0)
+
+        tail = _Run({k: kept(v) for k, v in part.breakdown.items()}, kept(part.cycle),
+                    kept(part.ttft), kept(part.tpot))  # fmt: skip
+    else:
+        zero = np.zeros_like(offered)
+        tail = _Run({k: zero for k in full.breakdown}, zero, zero, zero)
+    breakdown = {k: np.where(offline, waves * v + tail.breakdown[k], v)
+                 for k, v in full.breakdown.items()}  # fmt: skip
+    step = np.where(offline, waves * full.cycle + tail.cycle, full.cycle)
+    served = np.where(offline, offered, batch)  # requests a step completes
+    # queueing: a closed loop of N requests on B slots waits C·(N/B − 1) (Little's law); the
+    # j-th offline wave waits j full cycles, averaged over the N requests
+    closed_wait = full.cycle * np.maximum(offered / batch - 1, 0.0)
+    offline_wait = full.cycle * (batch * waves * (waves - 1) / 2 + rest * waves) / offered
+    wait = np.where(offline, offline_wait, closed_wait)
+
+    def mean(full_v: Any, tail_v: Any) -> Any:  # over an offline run's requests
+        return np.where(offline, (waves * batch * full_v + rest * tail_v) / offered, full_v)
+
     h, a = s.h, x["num_attention_heads"]
     attn = h * (a + 2 * x["num_kv_heads"]) * s.d_h + a * s.d_h * h
     active = x["num_layers"] * (attn + s.mats * h * s.ffn * np.where(s.moe, s.topk, 1.0)) + (
         2 * s.vocab * h
     )
     return {
-        "step_time_s": cycle,
+        "step_time_s": step,
         "breakdown_s": breakdown,
         "memory_per_device_B": sum(memory.values()),
         "memory_breakdown_B": memory,
-        "model_flops_per_step": s.dp * 2 * active * batch * (s_in + s_out),
-        "tokens_per_step": s.dp * batch * s_out,
-        "samples_per_step": s.dp * batch,
-        "ttft_s": wait + ttft,
-        "tpot_s": tpot,
+        "model_flops_per_step": s.dp * 2 * active * served * (s_in + s_out),
+        "tokens_per_step": s.dp * served * s_out,
+        "samples_per_step": s.dp * served,
+        "ttft_s": wait + mean(full.ttft, tail.ttft),
+        "tpot_s": mean(full.tpot, tail.tpot),
         "queue_wait_s": wait,
-        "request_latency_s": wait + cycle,
+        "request_latency_s": wait + mean(full.cycle, tail.cycle),
         "max_concurrency": capacity,
         "active_batch": batch,
     }
@@ -575,6 +623,7 @@ class InferenceWorkload(Workload):
             "output_tokens": float(workload.output_tokens),
             "kv_cache_bytes": BYTES_PER_ELEMENT[kv],
             "static_batching": float(workload.batching == "static"),
+            "offline": float(workload.arrivals == "offline"),
             "kv_on_demand": float(workload.kv_cache_reservation == "on_demand"),
             "max_batch_size": float(workload.max_batch_size),
             "max_num_tokens": float(workload.max_num_tokens),
