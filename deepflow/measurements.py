@@ -1143,13 +1143,15 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
 
 
 def offline_run(case: dict[str, Any]) -> bool:
-    """Whether the case queued all its requests at once and timed the run to its last
-    (trtllm-bench ``throughput``: "a local inference client is fed requests at an infinite
-    rate"; TensorRT-LLM perf-overview.md), as its mode or request rate states."""
+    """Whether the case issued all its requests at once and timed the run to its last, as its
+    mode or request rate states: trtllm-bench ``throughput`` ("a local inference client is fed
+    requests at an infinite rate"; TensorRT-LLM perf-overview.md) and a static batch started
+    together (TensorRT-LLM's ``gptSessionBenchmark``), not a closed loop of clients."""
     inf = case.get("inference") or {}
-    mode = str(inf.get("mode") or "").lower()
+    text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
     rate = str(inf.get("request_rate") or "").lower()
-    return bool(re.search(r"\boffline\b", mode)) or rate in ("inf", "infinite")
+    together = re.search(r"gptsessionbenchmark|static batch", text) and "closed loop" not in text
+    return bool(re.search(r"\boffline\b", text) or together) or rate in ("inf", "infinite")
 
 
 def kv_cache_reservation(case: dict[str, Any]) -> str:

@@ -67,6 +67,7 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     assert s.workload.host_s_per_request == host == pytest.approx(45.11e-3 / 1536, rel=2e-3)
     session = inference_case_scenario(_case("trt061_l2_7b_h100_tp1_b768_128_128"))
     assert session.workload.batching == "static" and session.workload.global_batch_size == 768
+    assert session.workload.arrivals == "offline"  # one batch issued at once, no clients
     assert not session.workload.cuda_graph_padding and session.workload.max_batch_size == 0
     assert session.workload.host_s_per_request == 0  # the C++ runtime of TensorRT-LLM 0.6
     # fixed-length sessions of a closed loop start together and stay in lockstep

@@ -305,9 +305,10 @@ class WorkloadSpec:
     arrivals: str = key(
         "arrivals", choices=SERVING_ARRIVALS, default="closed_loop",
         doc="serving: closed_loop (global_batch_size clients, each sending its next request when "
-            "its last ends: the server's steady state) or offline (global_batch_size requests "
-            "queued at once, the run ending with the last: trtllm-bench throughput; requests "
-            "beyond what runs at once follow in waves, the last one partial)",
+            "its last ends: the server's steady state; with static batching lockstep rounds "
+            "whose first request back runs alone) or offline (global_batch_size requests "
+            "issued at once, the run ending with the last: trtllm-bench throughput, a static "
+            "batch; requests beyond what runs at once follow in waves, the last one partial)",
     )  # fmt: skip
     max_batch_size: int = key(
         "max_batch_size", ge=0, default=0,

@@ -42,7 +42,8 @@ def with_bandwidth(s: Scenario, factor: float) -> Scenario:
 
 @pytest.mark.parametrize("batching", ["continuous", "static"])
 def test_the_contract_keys_and_a_request_adds_up(batching: str) -> None:
-    r = evaluate_one(serving(batching=batching))
+    # a static batch issued at once (a closed loop's lockstep rounds: the next test)
+    r = evaluate_one(serving(batching=batching, arrivals="offline"))
     # a request's first token comes from the iteration carrying its prompt, the other 127
     # from the decode iterations that follow
     assert r["step_time_s"] == pytest.approx(r["ttft_s"] + 127 * r["tpot_s"], rel=1e-12)
@@ -114,6 +115,33 @@ def test_the_kv_cache_bounds_concurrency_and_the_rest_waits() -> None:
     assert fp8["max_concurrency"] > 1.9 * r["max_concurrency"]
 
 
+def test_lockstep_rounds_of_a_closed_loop_open_with_the_first_request_alone() -> None:
+    # 16 clients of fixed lengths in lockstep: each round the first request back runs alone,
+    # the other 15 join at the next iteration (TurboMind's blocking dequeue on an empty batch)
+    work = {"batching": "static", "global_batch_size": 16, "output_tokens": 128}
+    rounds = evaluate_one(serving(**work))
+    batch = evaluate_one(serving(**work, arrivals="offline"))
+    alone = evaluate_one(serving(**(work | {"global_batch_size": 1}), arrivals="offline"))
+    joined = evaluate_one(serving(**(work | {"global_batch_size": 15}), arrivals="offline"))
+    assert rounds["active_batch"] == batch["active_batch"] == 16
+    # the 15 wait for the first one's iteration, then run theirs with its decode: between
+    # one iteration of 15 prompts and one of 16
+    first, rest = alone["ttft_s"], rounds["ttft_s"] - alone["ttft_s"]
+    assert joined["ttft_s"] * 15 / 16 < rest < batch["ttft_s"] * 15 / 16
+    assert rounds["tpot_s"] == batch["tpot_s"]
+    # a round lasts both opening iterations and the 127 decodes of the 16
+    assert rounds["step_time_s"] == pytest.approx(
+        first + rest * 16 / 15 + 127 * batch["tpot_s"], rel=1e-12
+    )
+    assert rounds["tokens_per_s"] < batch["tokens_per_s"]
+    assert sum(rounds["breakdown_s"].values()) == pytest.approx(rounds["step_time_s"])
+    # one client is never in a round with others; continuous batching has no rounds
+    one = serving(**(work | {"global_batch_size": 1}))
+    assert evaluate_one(one)["ttft_s"] == alone["ttft_s"]
+    steady = {k: v for k, v in work.items() if k != "batching"}
+    assert evaluate_one(serving(**steady)) == evaluate_one(serving(**steady, arrivals="offline"))
+
+
 def test_an_offline_run_drains_its_queue_in_waves_and_lasts_the_last_one() -> None:
     cap = int(evaluate_one(serving())["max_concurrency"])
 
@@ -182,7 +210,7 @@ def test_an_unknown_kv_cache_reservation_is_rejected_with_the_choices() -> None:
 
 def test_per_query_head_kv_reads_multiply_a_gqa_decodes_cache_bytes() -> None:
     # Llama 3 8B: 32 query heads share 8 KV heads; a bytes-bound decode reads 4x the cache
-    base = {"global_batch_size": 64, "output_tokens": 2048, "batching": "static"}
+    base = dict(global_batch_size=64, output_tokens=2048, batching="static", arrivals="offline")
     shared = evaluate_one(serving(**base))
     apart = evaluate_one(serving(**base, decode_kv_reads="per_query_head"))
     attention = "decode_attention"
