@@ -1104,8 +1104,9 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       loop of fixed-length requests (sessions that start together with equal lengths stay in
       lockstep whatever the scheduler: each round's prompts arrive together and finish
       together); continuous (in-flight) batching otherwise;
-    * an offline run (``arrivals: offline``) where all the case's requests were queued at once
-      (trtllm-bench throughput: "infinite request rate"), a closed loop of clients otherwise;
+    * an offline run (``arrivals: offline``) where all the case's requests were issued at once
+      (trtllm-bench throughput: "infinite request rate"; a static batch started together), a
+      closed loop of clients otherwise (:func:`offline_run`);
     * CUDA-graph padding of decode iterations where the case states padding is on
       (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
     * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);

@@ -472,7 +472,7 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
     # and runs alone, the rest join at the next iteration (docs/model.md §D2, lockstep rounds)
     lockstep = static & (x["offline"] <= 0) & (micro > 1)
     if np.any(lockstep):
-        lone, group = _lockstep_iterations(caps, o, s, x, micro, context, late, padded)
+        lone, group = _lockstep_iterations(caps, o, s, x, micro, context, late, dec)
         first = {k: lone[k] + group[k] for k in pre}
         rounds = {f"prefill_{k}": v for k, v in first.items()}
         rounds |= {f"decode_{k}": (s_out - 1.0) * v for k, v in dec.items()}
@@ -487,15 +487,16 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
 
 def _lockstep_iterations(
     caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], micro: Any, context: Any,
-    late: Any, padded: Any,
+    late: Any, dec: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """The two iterations that open a lockstep round of ``micro`` clients (docs/model.md §D2):
     the first request back runs alone (its prompt, and where the first token comes from a
     decode iteration that iteration at batch 1), then the other micro − 1 prompts with the
-    first request's decode (or, first token from decode, the iteration of all micro). A server
-    that sleeps while it has no request wakes for the first one and takes what is queued then
-    (LMDeploy TurboMind ``LlamaBatch::InternalThreadEntry``: ``RequestQueue::dequeue`` blocks
-    while the batch is empty, then returns the requests queued at that moment)."""
+    first request's decode (or, first token from decode, ``dec``: the decode iteration of all
+    micro, host time included). A server that sleeps while it has no request wakes for the
+    first one and takes what is queued then (LMDeploy TurboMind
+    ``LlamaBatch::InternalThreadEntry``: ``RequestQueue::dequeue`` blocks while the batch is
+    empty, then returns the requests queued at that moment)."""
     s_in = x["input_tokens"]
     one = np.ones_like(micro)
     rest = micro - 1.0
@@ -504,8 +505,7 @@ def _lockstep_iterations(
                        rest * (1.0 - late), (1.0 - late) + rest * (s_in - late))  # fmt: skip
     dec1 = _iteration(caps, o, s, x, one, context, 0.0, 0.0,
                       np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, one), one))  # fmt: skip
-    dec = _iteration(caps, o, s, x, micro, context, 0.0, 0.0, padded)
-    for part, waiting in ((lone, one), (group, micro), (dec1, one), (dec, micro)):
+    for part, waiting in ((lone, one), (group, micro), (dec1, one)):
         part["host"] = np.maximum(waiting * x["host_s_per_request"] - sum(part.values()), 0.0)
     lone = {k: v + late * dec1[k] for k, v in lone.items()}
     group = {k: v + late * dec[k] for k, v in group.items()}
