@@ -437,7 +437,8 @@ class _Run(NamedTuple):
 
 
 def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: Any) -> _Run:
-    """``batch`` requests on a replica: continuous batching's steady state or a static batch."""
+    """``batch`` requests on a replica: continuous batching's steady state, a static batch
+    issued at once, or a closed loop's lockstep rounds of static batches."""
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     static = x["static_batching"] > 0
     # pp micro-batches in flight; each iteration of one passes the pp stages
