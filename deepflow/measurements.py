@@ -1112,6 +1112,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     * trtllm-bench's own engine limits where it picked them (:func:`trtllm_bench_limits`);
     * TensorRT-LLM's PyTorch-backend executor's host time per running request and iteration
       (``configs/calibration/frameworks.yaml``, ``tensorrt_llm_pytorch``);
+    * the share of free memory trtllm-bench's KV-cache pool takes
+      (:func:`kv_cache_memory_fraction`);
     * how the scheduler reserves KV cache (:func:`kv_cache_reservation`);
     * how its decode attention kernel reads a grouped-query model's KV cache
       (:func:`decode_kv_reads`);
@@ -1136,6 +1138,10 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         # configs/calibration/frameworks.yaml tensorrt_llm_pytorch)
         out["host_s_per_request"] = current_calibration().serving.host_s_per_request
     stated_limits = _count(inf.get("max_batch_size")), _count(inf.get("max_num_tokens"))
+    if "trtllm-bench" in text:
+        # TensorRT-LLM's executor preallocates its KV-cache pool as a share of the free memory
+        # (KvCacheConfig.free_gpu_memory_fraction)
+        out["kv_cache_memory_fraction"] = kv_cache_memory_fraction(case)
     if "trtllm-bench" in text and not any(stated_limits):
         out["max_batch_size"], out["max_num_tokens"] = trtllm_bench_limits(case, scenario)
     else:
@@ -1250,15 +1256,21 @@ def trtllm_bench_limits(case: dict[str, Any], scenario: Any) -> tuple[int, int]:
     available_GiB = scenario.system.device.hbm_capacity_B / 2**30 * tp * pp - (
         params * weight_B / 2**30
     )
-    fraction = inf.get("kv_cache_free_gpu_mem_fraction")
-    # the perf overview ran 0.95 "in many cases" (docs/source/performance/perf-overview.md)
-    fraction = float(fraction) if isinstance(fraction, int | float) else 0.95
-    requests = available_GiB * fraction / (per_token_GiB * (isl + osl))
+    requests = available_GiB * kv_cache_memory_fraction(case) / (per_token_GiB * (isl + osl))
     raw_bs = min(requests, 4096) / pp
     raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
     max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
     max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
     return max_bs, max(max_tokens, isl + max_bs)
+
+
+def kv_cache_memory_fraction(case: dict[str, Any]) -> float:
+    """The share of free memory a trtllm-bench run gave its KV-cache pool: the case's
+    ``kv_cache_free_gpu_mem_fraction`` where it states a number, else 0.95, which TensorRT-LLM's
+    performance overview ran "in many cases" (docs/source/performance/perf-overview.md: "we
+    also use a higher KV cache percentage by setting --kv_cache_free_gpu_mem_fraction 0.95")."""
+    fraction = (case.get("inference") or {}).get("kv_cache_free_gpu_mem_fraction")
+    return float(fraction) if isinstance(fraction, int | float) else 0.95
 
 
 def _round_up(value: float, steps: tuple[tuple[float, int], ...]) -> int:

@@ -65,11 +65,17 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     # TensorRT-LLM's PyTorch executor spends host time on every request every iteration
     host = current_calibration().serving.host_s_per_request
     assert s.workload.host_s_per_request == host == pytest.approx(45.11e-3 / 1536, rel=2e-3)
+    # its executor preallocates the KV pool as 95 % of the free memory (the perf overview's
+    # --kv_cache_free_gpu_mem_fraction "in many cases"), or the share a case states
+    assert s.workload.kv_cache_memory_fraction == 0.95
+    offline["inference"]["kv_cache_free_gpu_mem_fraction"] = 0.9
+    assert inference_case_scenario(offline).workload.kv_cache_memory_fraction == 0.9
     session = inference_case_scenario(_case("trt061_l2_7b_h100_tp1_b768_128_128"))
     assert session.workload.batching == "static" and session.workload.global_batch_size == 768
     assert session.workload.arrivals == "offline"  # one batch issued at once, no clients
     assert not session.workload.cuda_graph_padding and session.workload.max_batch_size == 0
     assert session.workload.host_s_per_request == 0  # the C++ runtime of TensorRT-LLM 0.6
+    assert session.workload.kv_cache_memory_fraction == 0  # no trtllm-bench executor pool
     # fixed-length sessions of a closed loop start together and stay in lockstep
     closed = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "static"

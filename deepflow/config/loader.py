@@ -97,7 +97,7 @@ WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_token
                  "output_tokens", "kv_cache_precision", "batching", "arrivals", "max_batch_size",
                  "max_num_tokens", "kv_cache_reservation", "cuda_graph_padding",
                  "decode_kv_reads", "first_token_from_decode", "weight_scale_block",
-                 "host_us_per_request",
+                 "kv_cache_memory_fraction", "host_us_per_request",
                  "electricity_usd_per_kWh",
                  "amortization_years")  # fmt: skip
 #: Model spec class per ``kind``; workload kinds registered with the oracle add theirs

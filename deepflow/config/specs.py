@@ -330,6 +330,13 @@ class WorkloadSpec:
             "allocated as its tokens come, preempting when they run out: vLLM, LMDeploy "
             "TurboMind 2.x)",
     )  # fmt: skip
+    kv_cache_memory_fraction: float = key(
+        "kv_cache_memory_fraction", ge=0, lt=1, default=0.0,
+        doc="serving: the share of the memory left free after the weights, one iteration's "
+            "activations, the workspace, the CUDA context and NCCL's buffers that the server "
+            "preallocates as its KV-cache pool (TensorRT-LLM's kv_cache_free_gpu_mem_fraction; "
+            "0: the pool is what the caching allocator's fragmentation leaves)",
+    )  # fmt: skip
     cuda_graph_padding: bool = key(
         "cuda_graph_padding", default=False,
         doc="serving: decode-only iterations run the CUDA graph captured for the smallest "

@@ -202,6 +202,36 @@ def test_on_demand_kv_blocks_admit_more_requests_than_full_context_reservation()
     assert paged["memory_per_device_B"] <= paged["memory_capacity_B"]
 
 
+def test_a_preallocated_kv_pool_holds_its_share_of_the_free_memory() -> None:
+    # TensorRT-LLM's KvCacheCreator: the pool is the fraction of what the weights, one
+    # iteration's activations and the reserves outside the allocator leave free
+    base = dict(global_batch_size=4096, output_tokens=2048)
+    r = evaluate_one(serving(**base, kv_cache_memory_fraction=0.9))
+    m = r["memory_breakdown_B"]
+    used = sum(m[k] for k in ("weights", "activations", "workspace", "cuda_context",
+                              "nccl_buffers"))  # fmt: skip
+    per_request = m["kv_cache"] / r["active_batch"]
+    assert r["max_concurrency"] == np.floor(0.9 * (r["memory_capacity_B"] - used) / per_request)
+    # the pool is one block beside the allocator's: fragmentation is the activations' alone
+    assert m["fragmentation"] == pytest.approx(
+        current_calibration().memory.fragmentation * (m["activations"] + m["workspace"])
+    )
+    assert r["feasible"] and r["memory_per_device_B"] <= r["memory_capacity_B"]
+    half = evaluate_one(serving(**base, kv_cache_memory_fraction=0.45))
+    assert half["max_concurrency"] == np.floor(0.45 * (r["memory_capacity_B"] - used)
+                                               / per_request)  # fmt: skip
+    # the share left out of the pool stays free
+    unused = r["memory_capacity_B"] - r["memory_per_device_B"]
+    assert unused >= 0.1 * (r["memory_capacity_B"] - used) - m["fragmentation"]
+
+
+def test_a_kv_pool_fraction_outside_0_to_1_is_rejected() -> None:
+    for bad, shown in ((1.0, "1"), (-0.1, "-0.1")):
+        with pytest.raises(ConfigError, match=r"workload.kv_cache_memory_fraction must be a "
+                                              rf"number >= 0 and < 1; got {shown}\."):  # fmt: skip
+            serving(kv_cache_memory_fraction=bad)
+
+
 def test_an_unknown_kv_cache_reservation_is_rejected_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"workload.kv_cache_reservation must be one of: "
                                           r"full_context, on_demand; got 'lazy'\."):  # fmt: skip
@@ -370,6 +400,14 @@ def test_experts_sharded_inside_the_tensor_parallel_group_need_no_all_to_all() -
     expert_bytes = 32 * 3 * 4096 * 14336 * 2  # a whole expert in all 32 layers, bf16
     saved = inside["memory_breakdown_B"]["weights"] - across["memory_breakdown_B"]["weights"]
     assert saved == pytest.approx(2 * expert_bytes, rel=1e-9)  # 4 experts -> 2
+    # the MoE layer runs the tokens of both replicas together: its expert rows (every pick of
+    # every token, 2 of the 8 experts each: SwiGLU's gate and up, bf16) for twice the budget
+    budget = {**kw, "max_num_tokens": 2048}
+    one, two = (evaluate_one(serving(mapping={**m, "expert_parallel": ep}, devices=4, **budget))
+                for m, ep in (({"tensor_parallel": 2, "data_parallel": 2,
+                                "expert_tensor_parallel": 1}, e) for e in (2, 4)))  # fmt: skip
+    grown = two["memory_breakdown_B"]["activations"] - one["memory_breakdown_B"]["activations"]
+    assert grown == pytest.approx(2048 * 2 * 14336 * 2 * 2, rel=1e-9)
 
 
 def test_pipeline_stages_keep_micro_batches_in_flight() -> None:

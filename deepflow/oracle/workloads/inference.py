@@ -67,6 +67,7 @@ INFERENCE_COLUMNS = (
     "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
     "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
+    "kv_cache_memory_fraction",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel",
 )  # fmt: skip
@@ -411,6 +412,14 @@ def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
         + memory["nccl_buffers"]
     )
     free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
+    # a preallocated pool: the stated share of what is free once the model is loaded and one
+    # iteration's activations have run (TensorRT-LLM's KvCacheCreator: the fraction of the
+    # device's memory less the peak the allocator handed out in a profiling forward pass and
+    # what lies outside it)
+    fraction = x["kv_cache_memory_fraction"]
+    used = sum(memory[k] for k in ("weights", "activations", "workspace", "cuda_context",
+                                   "nccl_buffers"))  # fmt: skip
+    free = np.where(fraction > 0, fraction * (caps.hbm_capacity_B - used), free)
     capacity = np.floor(np.maximum(free, 0.0) / per_request)
     offered = x["global_batch_size"]
     limit = np.minimum(capacity, np.where(x["max_batch_size"] > 0, x["max_batch_size"], np.inf))
@@ -628,7 +637,11 @@ def _memory(
     # an iteration's widest activation (the MLP's up projection, per expert pick) and hidden
     # state, per token it carries: continuous batching's B(1 + s_in/s_out) + s_in, a static
     # batch's B·s_in, or the scheduler's token budget, which the framework allocates up front
-    act = ((s.mats - 1) * s.ffn * np.where(s.moe, s.topk, 1.0) / tp + h) * s.p_act
+    # an MoE layer runs the tokens of its ep_dp expert-parallel replicas together (attention
+    # data parallelism gathers them), its expert rows sized for every pick of every one, each
+    # as wide as an expert's share on a rank (ffn / etp)
+    wide = np.where(s.moe, s.topk * s.ep_dp * s.ffn / s.etp, s.ffn / tp)
+    act = ((s.mats - 1) * wide + h) * s.p_act
     static, budget = x["static_batching"] > 0, x["max_num_tokens"]
     slope = np.where(static, s_in, 1 + s_in / s_out) / s.pp
     slope = np.where(budget > 0, 0.0, slope)
@@ -636,7 +649,10 @@ def _memory(
     logits = s.vocab / tp * _LOGIT_BYTES / s.pp
     per_request = kv + act * slope + logits
     activations = act * (fixed + slope * batch) + logits * batch
-    allocated = weights + batch * kv + activations + cal.workspace_B
+    # the caching allocator's blocks; a preallocated KV pool and the weights loaded once
+    # beside it are blocks of their own (fragmentation is then the activations')
+    pooled = x["kv_cache_memory_fraction"] > 0
+    allocated = np.where(pooled, 0.0, weights + batch * kv) + activations + cal.workspace_B
     shape = weights.shape
     memory = {
         "weights": weights,
@@ -674,6 +690,7 @@ class InferenceWorkload(Workload):
             "kv_reads_per_query_head": float(workload.decode_kv_reads == "per_query_head"),
             "first_token_from_decode": float(workload.first_token_from_decode),
             "weight_scale_block": float(workload.weight_scale_block),
+            "kv_cache_memory_fraction": float(workload.kv_cache_memory_fraction),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
