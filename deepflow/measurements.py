@@ -1077,7 +1077,8 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
                      "output_tokens": lengths[1], "kv_cache_precision": kv,
                      "weight_scale_block": _SCALE_BLOCKS.get(stated, 0)},
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
-                    "expert_parallel": ep, "sequence_parallel": False},
+                    "expert_parallel": ep, "sequence_parallel": False,
+                    "attention_kernel": serving_attention_kernel(case)},
     }  # fmt: skip
     scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
     return _replace_workload(scenario, serving_scheduler(case, scenario))
@@ -1147,6 +1148,16 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     else:
         out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
     return out
+
+
+def serving_attention_kernel(case: dict[str, Any]) -> str:
+    """The fused attention kernel the case's server runs (docs/validation.md): TensorRT-LLM's
+    own (``trtllm``: its context FMHA kernels, warp-specialized on Hopper "since the first
+    public release", https://github.com/NVIDIA/TensorRT-LLM/issues/1947, and trtllm-gen on
+    Blackwell; it does not call flash-attn, https://github.com/NVIDIA/TensorRT-LLM/issues/2238)
+    where its framework is TensorRT-LLM, a FlashAttention-2-class kernel (``fa2``) otherwise."""
+    inf = case.get("inference") or {}
+    return "trtllm" if "tensorrt-llm" in str(inf.get("framework") or "").lower() else "fa2"
 
 
 def offline_run(case: dict[str, Any]) -> bool:

@@ -84,6 +84,16 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "continuous"
 
 
+def test_each_server_runs_its_own_attention_kernel() -> None:
+    # TensorRT-LLM runs its own fused MHA (both its runtimes); LMDeploy's TurboMind a
+    # FlashAttention-2-class one
+    for case_id in ("trtllm_l70b_h200_tp1_128_2048", "trt061_l2_7b_h100_tp1_b768_128_128",
+                    "trt05_ttft_l2_7b_h100_tp1_128"):  # fmt: skip
+        assert inference_case_scenario(_case(case_id)).mapping.attention_kernel == "trtllm"
+    lmdeploy = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
+    assert inference_case_scenario(lmdeploy).mapping.attention_kernel == "fa2"
+
+
 def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> None:
     case = _case("trtllm_l8b_h100_tp1_2048_128")
     assert offline_run(case)

@@ -530,6 +530,7 @@ class DeviceCaps:
     attention_efficiency: float = 0.6  # FlashAttention-2-class kernels
     attention_efficiency_cudnn: float = 0.6
     attention_efficiency_fa3: float = 0.6
+    attention_efficiency_trtllm: float = 0.6
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
     gemm_pipeline_round_trip_s: float = 0.0  # a GEMM pipeline's load round trip (0: no floor)
@@ -563,6 +564,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         # a kernel without a microbenchmark of the family runs as its FlashAttention-2 class
         "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
+        "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
         "gemm_pipeline_round_trip_s": cal.gemm_pipeline_round_trip_s,

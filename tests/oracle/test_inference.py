@@ -252,6 +252,35 @@ def test_per_query_head_kv_reads_multiply_a_gqa_decodes_cache_bytes() -> None:
     assert apart["ttft_s"] == shared["ttft_s"] and apart["tokens_per_s"] < shared["tokens_per_s"]
 
 
+@pytest.mark.parametrize("device", ["h100-sxm5-80gb", "b200"])
+def test_the_frameworks_attention_kernel_sets_the_prefill_attention_rate(device: str) -> None:
+    # long prompts, one output token: the causal prefill attention is FLOP-bound (its kernel
+    # launches aside)
+    base = dict(global_batch_size=8, input_tokens=8192, output_tokens=1, batching="static",
+                arrivals="offline", device=device)  # fmt: skip
+    caps = device_caps(load_device(device), "bf16")
+    runs = {k: evaluate_one(serving(**base, mapping={"attention_kernel": k}))
+            for k in ("fa2", "cudnn", "trtllm")}  # fmt: skip
+    t = {k: r["breakdown_s"]["prefill_attention"] for k, r in runs.items()}
+    # TensorRT-LLM's own kernels (Hopper's context FMHA, Blackwell's trtllm-gen) at their rate
+    assert t["fa2"] / t["trtllm"] == pytest.approx(
+        caps.attention_efficiency_trtllm / caps.attention_efficiency, rel=1e-3
+    )
+    assert t["fa2"] / t["cudnn"] == pytest.approx(
+        caps.attention_efficiency_cudnn / caps.attention_efficiency, rel=1e-3
+    )
+    assert t["trtllm"] < t["fa2"]
+    # only the attention core changes
+    g = {k: r["breakdown_s"]["prefill_gemm"] for k, r in runs.items()}
+    assert g["fa2"] == g["trtllm"] == g["cudnn"]
+
+
+def test_an_unknown_attention_kernel_is_rejected_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"mapping.attention_kernel must be one of: fa2, cudnn, "
+                                          r"fa3, trtllm; got 'fa4'"):  # fmt: skip
+        serving(mapping={"attention_kernel": "fa4"})
+
+
 def test_an_unknown_decode_kv_reads_is_rejected_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"workload.decode_kv_reads must be one of: "
                                           r"per_kv_head, per_query_head; got 'per_head' "

@@ -59,7 +59,7 @@ __all__ = [
 F = NDArray[np.float64]
 
 #: The input columns of a serving case: the model's shape, the requests, the KV cache's bytes
-#: per element, the scheduler and the mapping's degrees.
+#: per element, the scheduler, the framework's attention kernel and the mapping's degrees.
 INFERENCE_COLUMNS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
     "ffn_hidden_size", "swiglu", "vocab_size", "tied_embeddings", "num_experts",
@@ -67,7 +67,7 @@ INFERENCE_COLUMNS = (
     "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
     "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
-    "kv_cache_memory_fraction",
+    "kv_cache_memory_fraction", "attention_kernel",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel",
 )  # fmt: skip
@@ -326,6 +326,10 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     """One layer's attention kernels: decode tokens over their KV cache (``context`` tokens
     each: bytes dominate), prompt tokens causally over their prompt (FLOPs dominate).
 
+    The kernels run at the attention efficiency of the framework's kernel (``attention_kernel``:
+    FlashAttention-2 by default; TensorRT-LLM's own fused MHA, its Hopper context kernels and
+    Blackwell's trtllm-gen ones, at ``attention_efficiency_trtllm``; docs/model.md §D1).
+
     A decode reads each KV head's cache once for the query heads that share it (grouped-query
     attention; FlashAttention's and TensorRT-LLM's XQA kernels), or once per query head where
     the kernel runs one thread block per query head and sequence, each streaming its KV head's
@@ -333,12 +337,13 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     release notes add "MMHA optimization for MQA and GQA",
     https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/release-notes.md; docs/model.md
     §D1)."""
-    rate = (
-        caps.peak_flops
-        / _slow16(caps)
-        * caps.attention_efficiency
-        * caps.training_sustained_fraction
-    )  # as training's attention (§C6.2)
+    efficiency = np.choose(
+        np.asarray(x["attention_kernel"]).astype(int),
+        (caps.attention_efficiency, caps.attention_efficiency_cudnn, caps.attention_efficiency_fa3,
+         caps.attention_efficiency_trtllm),
+    )  # fmt: skip
+    rate = caps.peak_flops / _slow16(caps) * efficiency * caps.training_sustained_fraction
+    # as training's attention (§C6.2)
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     read_heads = np.where(x["kv_reads_per_query_head"] > 0, s.q, s.kv)
     kv_bytes = 2 * decode * context * read_heads * s.d_h * x["kv_cache_bytes"]

@@ -130,11 +130,15 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     # 16-bit in FP8 training: Transformer Engine runs fused attention in BF16 unless FP8
     # attention is asked for (docs/model.md §C6.4)
     peak = caps.peak_flops / i.slow16
-    # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3; §C6.2)
-    efficiency = o.choose(
-        i.x["attention_kernel"],
-        (caps.attention_efficiency, caps.attention_efficiency_cudnn, caps.attention_efficiency_fa3),
+    # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's;
+    # §C6.2)
+    kernels = (
+        caps.attention_efficiency,
+        caps.attention_efficiency_cudnn,
+        caps.attention_efficiency_fa3,
+        caps.attention_efficiency_trtllm,
     )
+    efficiency = o.choose(i.x["attention_kernel"], kernels)
     attn_rate = peak * efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
