@@ -544,6 +544,13 @@ class DeviceCaps:
     scale_up_latency_s: float = 0.0  # the design's own link latency (with its bandwidth)
     scale_out_latency_s: float = 0.0
 
+    @property
+    def attention_efficiencies(self) -> tuple[float, ...]:
+        """The attention efficiency of each fused kernel, in ``ATTENTION_KERNELS`` order
+        (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's; docs/model.md §C6.2)."""
+        return (self.attention_efficiency, self.attention_efficiency_cudnn,
+                self.attention_efficiency_fa3, self.attention_efficiency_trtllm)  # fmt: skip
+
 
 # DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
 _SPEC_HBM_LATENCY_s = 100e-9

@@ -337,11 +337,8 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     release notes add "MMHA optimization for MQA and GQA",
     https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/release-notes.md; docs/model.md
     §D1)."""
-    efficiency = np.choose(
-        np.asarray(x["attention_kernel"]).astype(int),
-        (caps.attention_efficiency, caps.attention_efficiency_cudnn, caps.attention_efficiency_fa3,
-         caps.attention_efficiency_trtllm),
-    )  # fmt: skip
+    efficiency = np.choose(np.asarray(x["attention_kernel"]).astype(int),
+                           caps.attention_efficiencies)  # fmt: skip
     rate = caps.peak_flops / _slow16(caps) * efficiency * caps.training_sustained_fraction
     # as training's attention (§C6.2)
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency

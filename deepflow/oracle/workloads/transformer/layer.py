@@ -132,13 +132,7 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     peak = caps.peak_flops / i.slow16
     # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's;
     # §C6.2)
-    kernels = (
-        caps.attention_efficiency,
-        caps.attention_efficiency_cudnn,
-        caps.attention_efficiency_fa3,
-        caps.attention_efficiency_trtllm,
-    )
-    efficiency = o.choose(i.x["attention_kernel"], kernels)
+    efficiency = o.choose(i.x["attention_kernel"], caps.attention_efficiencies)
     attn_rate = peak * efficiency * caps.training_sustained_fraction
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
