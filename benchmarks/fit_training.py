@@ -1,13 +1,16 @@
-"""Fit each device family's training_sustained_fraction to the public training measurements.
+"""Fit each device family's training_sustained_fraction to the public end-to-end measurements.
 
 Run: .venv/bin/python benchmarks/fit_training.py [--write]
 
 One number per device family (never per case): the fraction of the microbenchmark matrix
-throughput that an end-to-end training step sustains. It minimises the group-weighted mean
-|step-time error| over the family's groups of public end-to-end training measurements (every
-framework: Megatron-LM, DeepSpeed, Megatron-Core, NeMo, torchtitan, llm-foundry; grid
-0.50–1.00, step 0.01). Prints
-the fit and the resulting per-group errors; --write updates configs/calibration/kernels.yaml.
+throughput that a whole job sustains at the clocks its power limit allows. It minimises the
+group-weighted mean |step-time error| over the family's groups of public end-to-end training
+measurements (every framework: Megatron-LM, DeepSpeed, Megatron-Core, NeMo, torchtitan,
+llm-foundry; grid 0.50–1.00, step 0.01). A family without public training measurements but
+with public serving ones (Blackwell: TensorRT-LLM's B200 throughput rows) takes the fraction
+that minimises the group-weighted mean |error| of those (docs/model.md §C6.1); volta, tpu and
+generic take the mean of ampere and hopper. Prints the fit; --write updates
+configs/calibration/kernels.yaml.
 """
 
 from __future__ import annotations
@@ -22,9 +25,15 @@ import numpy as np
 import deepflow.oracle.evaluate as evaluate_module
 from deepflow.config.loader import builtin_config_dir
 from deepflow.data import load_measurements
+from deepflow.errors import ConfigError
 from deepflow.measurements import batch_scale, case_category
 from deepflow.oracle.hardware import device_caps
-from deepflow.validation import measured_step_time_s, training_case_scenario
+from deepflow.validation import (
+    _serving_scenario,
+    measured_step_time_s,
+    score_inference_case,
+    training_case_scenario,
+)
 
 GRID = np.round(np.arange(0.50, 1.001, 0.01), 2)
 
@@ -61,11 +70,13 @@ def main() -> None:
         print(f"{family:10s} training_sustained_fraction = {best[1]:.2f} "
               f"(group-weighted mean |error| {100 * best[0]:.1f} %)")  # fmt: skip
     evaluate_module.device_caps = device_caps  # type: ignore[assignment]
-    # Families without public training measurements (recorded as derived in kernels.yaml).
+    for family, value in _fit_serving(set(fitted)).items():
+        fitted[family] = value
+    # Families without public end-to-end measurements (recorded as derived in kernels.yaml).
     if {"ampere", "hopper"} <= set(fitted):
         mean = round((fitted["ampere"] + fitted["hopper"]) / 2 + 1e-9, 2)
-        fitted.update(volta=mean, tpu=mean, generic=mean, blackwell=fitted["hopper"])
-        print(f"derived: volta, tpu, generic = {mean:.2f} (mean), blackwell = hopper")
+        fitted.update(volta=mean, tpu=mean, generic=mean)
+        print(f"derived: volta, tpu, generic = {mean:.2f} (mean)")
     if args.write:
         path = builtin_config_dir() / "calibration" / "kernels.yaml"
         text = path.read_text(encoding="utf-8")
@@ -77,6 +88,44 @@ def main() -> None:
             text = re.sub(pattern, rf"\g<1>{value:.2f}", text, count=1)
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path}")
+
+
+def _fit_serving(trained: set[str]) -> dict[str, float]:
+    """Family -> the fraction its public serving measurements fit best, for the families
+    without public training measurements (``trained``): the group-weighted mean |error| over
+    the rows of its serving cases (throughput, TTFT, TPOT as each case states them)."""
+    cases = [c for c in load_measurements() if case_category(c) == "inference"]
+    by_family: dict[str, list[dict]] = defaultdict(list)
+    for case in cases:
+        try:
+            scenario = _serving_scenario(case)
+        except ConfigError:  # a case validate lists as skipped, with this reason
+            continue
+        family = device_caps(scenario.system.device, scenario.workload.precision).family
+        if family not in trained:
+            by_family[family].append(case)
+    fitted: dict[str, float] = {}
+    for family, members in sorted(by_family.items()):
+        best = (np.inf, 1.0)
+        for fraction in GRID:
+
+            def caps(device, precision, fraction=fraction, **kw):  # type: ignore[no-untyped-def]
+                c = device_caps(device, precision, **kw)
+                return dataclasses.replace(c, training_sustained_fraction=float(fraction))
+
+            evaluate_module.device_caps = caps  # type: ignore[assignment]
+            errors = defaultdict(list)
+            for case in members:
+                for row in score_inference_case(case):
+                    errors[row["group"]].append(abs(row["error"]))
+            score = float(np.mean([np.mean(e) for e in errors.values()]))
+            if score < best[0]:
+                best = (score, float(fraction))
+        evaluate_module.device_caps = device_caps  # type: ignore[assignment]
+        fitted[family] = best[1]
+        print(f"{family:10s} training_sustained_fraction = {best[1]:.2f} from its serving "
+              f"rows (group-weighted mean |error| {100 * best[0]:.1f} %)")  # fmt: skip
+    return fitted
 
 
 if __name__ == "__main__":

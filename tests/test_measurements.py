@@ -923,6 +923,19 @@ def test_gemms_under_a_power_limit_set_the_matrix_rate_there_and_only_there() ->
     assert efficiencies[("hopper", "fp8")] == pytest.approx(cal.gemm_efficiency["fp8"], abs=6e-5)
 
 
+def test_a_family_without_public_training_runs_takes_its_serving_rows_sustained_fraction() -> None:
+    """Blackwell has no public training run: benchmarks/fit_training.py fits its sustained
+    fraction to its public serving rows (TensorRT-LLM's B200 throughput), and the calibration
+    holds that fit; a family with training runs is not refitted on serving ones."""
+    from deepflow.config.calibration import current_calibration
+
+    fitted = _script("fit_training")._fit_serving({"ampere", "hopper"})
+    assert set(fitted) == {"blackwell"}
+    blackwell = current_calibration().kernel("blackwell").training_sustained_fraction
+    assert fitted["blackwell"] == pytest.approx(blackwell, abs=1e-9)
+    assert blackwell < current_calibration().kernel("hopper").training_sustained_fraction
+
+
 def test_a_device_with_its_own_matmul_benchmark_holds_its_own_efficiency() -> None:
     """GB200's preset holds the GEMM efficiency its MAMF rows measure (fitted by
     benchmarks/fit_gemm.py, whose Blackwell family fit leaves them out); B200 and GB300 take

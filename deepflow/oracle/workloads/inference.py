@@ -288,8 +288,9 @@ def deepgemm_time_s(caps: DeviceCaps, m: int, n: int, k: int, groups: int = 1, *
 def _matrix_rate(caps: DeviceCaps) -> Any:
     """GEMM FLOP/s a serving job sustains: the best-shape rate of the matrix microbenchmarks
     (``gemm_efficiency``) at the clocks a device holds through a whole job under its power
-    limit (the family's ``training_sustained_fraction``, fitted on training runs and not
-    refitted on serving ones; docs/model.md §C6.1, §D1)."""
+    limit (the family's ``training_sustained_fraction``, fitted on its public training runs and
+    not refitted on serving ones; a family without any, Blackwell, on its serving rows;
+    docs/model.md §C6.1, §D1)."""
     return caps.peak_flops * caps.gemm_efficiency * caps.training_sustained_fraction
 
 
