@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -51,25 +52,15 @@ def main() -> None:
     fitted: dict[str, float] = {}
     for family in sorted(set(families)):
         idx = [i for i, f in enumerate(families) if f == family]
-        best = (np.inf, 1.0)
-        for fraction in GRID:
 
-            def caps(device, precision, fraction=fraction, **kw):  # type: ignore[no-untyped-def]
-                c = device_caps(device, precision, **kw)
-                return dataclasses.replace(c, training_sustained_fraction=float(fraction))
-
-            evaluate_module.device_caps = caps  # type: ignore[assignment]
-            errors = defaultdict(list)
+        def step_errors(idx: list[int] = idx) -> Iterator[tuple[str, float]]:
             for i in idx:
                 model = evaluate_module.evaluate_one(scenarios[i])["step_time_s"]
-                errors[cases[i]["group"]].append(abs(model / measured[i] - 1.0))
-            score = float(np.mean([np.mean(e) for e in errors.values()]))
-            if score < best[0]:
-                best = (score, float(fraction))
-        fitted[family] = best[1]
-        print(f"{family:10s} training_sustained_fraction = {best[1]:.2f} "
-              f"(group-weighted mean |error| {100 * best[0]:.1f} %)")  # fmt: skip
-    evaluate_module.device_caps = device_caps  # type: ignore[assignment]
+                yield cases[i]["group"], abs(model / measured[i] - 1.0)
+
+        score, fitted[family] = _best_fraction(step_errors)
+        print(f"{family:10s} training_sustained_fraction = {fitted[family]:.2f} "
+              f"(group-weighted mean |error| {100 * score:.1f} %)")  # fmt: skip
     for family, value in _fit_serving(set(fitted)).items():
         fitted[family] = value
     # Families without public end-to-end measurements (recorded as derived in kernels.yaml).
@@ -106,26 +97,37 @@ def _fit_serving(trained: set[str]) -> dict[str, float]:
             by_family[family].append(case)
     fitted: dict[str, float] = {}
     for family, members in sorted(by_family.items()):
-        best = (np.inf, 1.0)
-        for fraction in GRID:
 
-            def caps(device, precision, fraction=fraction, **kw):  # type: ignore[no-untyped-def]
-                c = device_caps(device, precision, **kw)
-                return dataclasses.replace(c, training_sustained_fraction=float(fraction))
-
-            evaluate_module.device_caps = caps  # type: ignore[assignment]
-            errors = defaultdict(list)
+        def row_errors(members: list[dict] = members) -> Iterator[tuple[str, float]]:
             for case in members:
                 for row in score_inference_case(case):
-                    errors[row["group"]].append(abs(row["error"]))
-            score = float(np.mean([np.mean(e) for e in errors.values()]))
-            if score < best[0]:
-                best = (score, float(fraction))
-        evaluate_module.device_caps = device_caps  # type: ignore[assignment]
-        fitted[family] = best[1]
-        print(f"{family:10s} training_sustained_fraction = {best[1]:.2f} from its serving "
-              f"rows (group-weighted mean |error| {100 * best[0]:.1f} %)")  # fmt: skip
+                    yield row["group"], abs(row["error"])
+
+        score, fitted[family] = _best_fraction(row_errors)
+        print(f"{family:10s} training_sustained_fraction = {fitted[family]:.2f} from its "
+              f"serving rows (group-weighted mean |error| {100 * score:.1f} %)")  # fmt: skip
     return fitted
+
+
+def _best_fraction(errors: Callable[[], Iterable[tuple[str, float]]]) -> tuple[float, float]:
+    """(group-weighted mean |error|, fraction) of the grid's fraction with the least error:
+    ``errors`` yields (group, |error|) pairs, evaluated with every device at that fraction."""
+    best = (np.inf, 1.0)
+    for fraction in GRID:
+
+        def caps(device, precision, fraction=fraction, **kw):  # type: ignore[no-untyped-def]
+            c = device_caps(device, precision, **kw)
+            return dataclasses.replace(c, training_sustained_fraction=float(fraction))
+
+        evaluate_module.device_caps = caps  # type: ignore[assignment]
+        by_group = defaultdict(list)
+        for group, error in errors():
+            by_group[group].append(error)
+        score = float(np.mean([np.mean(e) for e in by_group.values()]))
+        if score < best[0]:
+            best = (score, float(fraction))
+    evaluate_module.device_caps = device_caps  # type: ignore[assignment]
+    return best
 
 
 if __name__ == "__main__":
