@@ -30,9 +30,9 @@ from deepflow.errors import ConfigError
 from deepflow.measurements import batch_scale, case_category
 from deepflow.oracle.hardware import device_caps
 from deepflow.validation import (
-    _serving_scenario,
     measured_step_time_s,
     score_inference_case,
+    serving_case_scenario,
     training_case_scenario,
 )
 
@@ -89,7 +89,7 @@ def _fit_serving(trained: set[str]) -> dict[str, float]:
     by_family: dict[str, list[dict]] = defaultdict(list)
     for case in cases:
         try:
-            scenario = _serving_scenario(case)
+            scenario = serving_case_scenario(case)
         except ConfigError:  # a case validate lists as skipped, with this reason
             continue
         family = device_caps(scenario.system.device, scenario.workload.precision).family

@@ -60,6 +60,7 @@ __all__ = [
     "score_out_of_memory_case",
     "score_serving_gemm_cases",
     "score_training_cases",
+    "serving_case_scenario",
     "serving_gemm_microbenchmarks",
     "training_case_scenario",
     "validation_report",
@@ -512,7 +513,7 @@ def score_out_of_memory_case(case: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ serving
-def _serving_scenario(case: dict[str, Any]) -> Any:
+def serving_case_scenario(case: dict[str, Any]) -> Any:
     """A serving case's scenario; one that states neither a batch, a concurrency nor a number
     of requests is offered the batch its KV cache holds (``max_concurrency``; §D5)."""
     from deepflow.measurements import inference_case_scenario
@@ -543,7 +544,7 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     if not stated:
         names = ", ".join(k for keys, _, _ in SERVING_QUANTITIES for k in keys)
         raise ConfigError(f"case {case.get('id')!r}: measured has none of {names}.")
-    scenario = _serving_scenario(case)
+    scenario = serving_case_scenario(case)
     result = evaluate_one(scenario)
 
     def model(key: str, output: str) -> float:  # a per-GPU figure against the system's
@@ -632,7 +633,7 @@ def case_scenario(case: dict[str, Any]) -> tuple[Any, str] | None:
     kind = case_category(case)
     if kind == "inference":
         per_gpu = any(str(k).endswith("_per_gpu") for k in (case.get("measured") or {}))
-        return _serving_scenario(case), (
+        return serving_case_scenario(case), (
             "validate reads tokens_per_s, ttft_s and tpot_s"
             + (" (a per-GPU figure: tokens_per_s / num_devices)" if per_gpu else "")
         )
