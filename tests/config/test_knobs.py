@@ -124,7 +124,7 @@ SPACE = {
             "type": "categorical",
             "choices": ["layers", "compute", "ends_as_layers"],
         },
-        "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3", "trtllm"]},
+        "attention_kernel": {"type": "categorical", "choices": ["fa2", "cudnn", "fa3"]},
         "fp8_params": {"type": "categorical", "choices": [False, True]},
         "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise", "mxfp8"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},

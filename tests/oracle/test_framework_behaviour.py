@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deepflow.config import load_scenario
+from deepflow.config import load_scenario, scenario_from_mapping
 from deepflow.config.calibration import calibration_from, calibration_path, current_calibration
 from deepflow.config.specs import Scenario
+from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import evaluate_one
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
@@ -372,3 +373,12 @@ def test_a_split_whose_ends_take_a_layer_slot_balances_the_end_stages() -> None:
     # the end stages hold a layer fewer in memory too
     memory = evaluate_one(_llama405b(pipeline_balance="ends_as_layers"))["memory_breakdown_B"]
     assert memory["activations"] < plain["memory_breakdown_B"]["activations"]
+
+
+def test_tensorrt_llms_serving_attention_kernel_is_refused_for_training() -> None:
+    raw = yaml.safe_load((SCENARIOS / "llama3-8b-h100.yaml").read_text())
+    raw["mapping"]["attention_kernel"] = "trtllm"
+    with pytest.raises(ConfigError, match=r"mapping.attention_kernel \('trtllm'\) is "
+                                          r"TensorRT-LLM's serving kernel, a forward pass only; "
+                                          r"training takes fa2, cudnn or fa3\."):  # fmt: skip
+        scenario_from_mapping(raw, file="<training>")
