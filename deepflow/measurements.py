@@ -117,11 +117,13 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                                 "cross_entropy": "vocab_parallel",
                                 # TE's FusedAttention (cuDNN), preferred on Hopper
                                 "attention_kernel": "cudnn"},
-    # llm-foundry: FlashAttention (attn_impl: flash), FSDP prefetching, no dropout in MPT runs;
-    # MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
+    # llm-foundry: FlashAttention in pre-MLIR Triton (attn_impl: triton, the benchmark
+    # harness's default until v0.7.0: :func:`_attention_kernel`), FSDP prefetching, no dropout
+    # in MPT runs; MPT's default loss is flash-attn's fused cross-entropy (llm-foundry
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
     "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
-                            "dropout": False, **_CLASSIC, "cross_entropy": "fused"},
+                            "dropout": False, **_CLASSIC, "cross_entropy": "fused",
+                            "attention_kernel": "triton"},
 }  # fmt: skip
 
 
@@ -402,14 +404,22 @@ def _compiled_stack_flags(case: dict[str, Any]) -> dict[str, Any]:
 
 def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:
     """The fused attention kernel (docs/model.md §C6.2): FlashAttention-3 where named;
-    Transformer Engine's cuDNN FusedAttention in TE-based stacks (Megatron-Core, NeMo,
-    Megatron-Bridge) from June 2024, when TE 1.8 began to prefer it over FlashAttention on
-    Hopper and later (transformer_engine/pytorch get_attention_backend, NVIDIA/
-    TransformerEngine#889); else FlashAttention-2 (flash-attn, PyTorch SDPA's flash backend)."""
+    FlashAttention in pre-MLIR Triton where ``attn_impl: triton`` is named and in llm-foundry
+    before v0.7.0 (March 2024), whose benchmark harness
+    (scripts/train/benchmarking/submit_benchmarks.py) overwrote every run's ``attn_impl`` with
+    its ``--attn_impl`` default ``triton`` (MPT's own default, ``configuration_mpt.py``) until
+    v0.7.0 removed it (llm-foundry PR #1062); Transformer Engine's cuDNN FusedAttention in
+    TE-based stacks (Megatron-Core, NeMo, Megatron-Bridge) from June 2024, when TE 1.8 began to
+    prefer it over FlashAttention on Hopper and later (transformer_engine/pytorch
+    get_attention_backend, NVIDIA/TransformerEngine#889); else FlashAttention-2 (flash-attn,
+    PyTorch SDPA's flash backend)."""
     if not flash:
         return "fa2"
     if re.search(r"flash[- _]?attention[- _]?3|\bfa3\b|flash_attn_3", text):
         return "fa3"
+    foundry = re.search(r"llm[- ]foundry|\bmpt\b", text) and date < (2024, 4)
+    if foundry or re.search(r"attn_impl: ?triton", text):
+        return "triton"
     te = re.search(r"transformer engine|megatron[- ]core|\bmcore\b|nemo|megatron[- ]bridge", text)
     return "cudnn" if te and date >= (2024, 6) else "fa2"
 

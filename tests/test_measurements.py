@@ -788,6 +788,11 @@ def test_attention_kernel_from_the_stack_and_its_date() -> None:
     assert kernel("torchtitan") == "fa2"
     assert kernel("PyTorch with FlashAttention-3") == "fa3"
     assert kernel("Megatron-LM, unfused attention") == "fa2"
+    # llm-foundry's benchmark harness passed MPT's attn_impl: triton until v0.7.0 (March 2024)
+    assert kernel("Composer + PyTorch FSDP (llm-foundry)", year=2023) == "triton"
+    assert kernel("llm-foundry", "2024-03-20") == "triton"
+    assert kernel("llm-foundry", "2024-04-02") == "fa2"
+    assert kernel("PyTorch FSDP, attn_impl: triton") == "triton"
 
 
 def test_the_fp8_recipe_is_read_from_the_precision() -> None:
@@ -934,6 +939,39 @@ def test_a_family_without_public_training_runs_takes_its_serving_rows_sustained_
     blackwell = current_calibration().kernel("blackwell").training_sustained_fraction
     assert fitted["blackwell"] == pytest.approx(blackwell, abs=1e-9)
     assert blackwell < current_calibration().kernel("hopper").training_sustained_fraction
+
+
+def test_the_triton_attention_rate_is_fitted_on_ampere_and_carried_to_hopper() -> None:
+    """benchmarks/fit_training.py fits pre-MLIR Triton's FlashAttention rate to the public
+    llm-foundry A100 runs (the only public runs of that kernel) jointly with Ampere's sustained
+    fraction, and gives Hopper Ampere's rate scaled by the two families' FlashAttention-2 rates;
+    the calibration holds that fit, below FlashAttention-2 on both families."""
+    import numpy as np
+
+    from deepflow.config.calibration import current_calibration
+    from deepflow.measurements import batch_scale, case_category
+    from deepflow.oracle.hardware import device_caps
+    from deepflow.validation import training_case_scenario
+
+    fit = _script("fit_training")
+    cases = [c for c in load_measurements() if case_category(c) == "end_to_end_training"]
+    scenarios = [training_case_scenario(c) for c in cases]
+    triton = [c["group"] for c, s in zip(cases, scenarios, strict=True)
+              if s.mapping.attention_kernel == "triton"]  # fmt: skip
+    assert set(triton) == {"llm_foundry_a100_80"} and len(triton) == 11
+    measured = np.array([measured_step_time_s(c) / batch_scale(c, s)
+                         for c, s in zip(cases, scenarios, strict=True)])  # fmt: skip
+    families = [device_caps(s.system.device, s.workload.precision).family for s in scenarios]
+    fitted = fit._fit_triton(cases, scenarios, measured, families)
+    ampere, hopper = current_calibration().kernel("ampere"), current_calibration().kernel("hopper")
+    assert fitted["ampere"] == pytest.approx(ampere.attention_efficiency_triton, abs=1e-9)
+    ratio = hopper.attention_efficiency / ampere.attention_efficiency
+    assert fitted["hopper"] == pytest.approx(hopper.attention_efficiency_triton, abs=1e-9)
+    assert hopper.attention_efficiency_triton == pytest.approx(
+        ampere.attention_efficiency_triton * ratio, abs=0.005
+    )
+    assert ampere.attention_efficiency_triton < ampere.attention_efficiency
+    assert hopper.attention_efficiency_triton < hopper.attention_efficiency
 
 
 def test_a_device_with_its_own_matmul_benchmark_holds_its_own_efficiency() -> None:

@@ -190,6 +190,11 @@ class KernelCalibration:
         "attention_efficiency_trtllm", ge=0, le=1, default=0.0,
         doc="TensorRT-LLM's fused MHA, forward (serving) / peak (0: as attention_efficiency)",
     )  # fmt: skip
+    attention_efficiency_triton: float = key(
+        "attention_efficiency_triton", ge=0, le=1, default=0.0,
+        doc="FlashAttention in pre-MLIR Triton, forward + backward / peak "
+        "(0: as attention_efficiency)",
+    )  # fmt: skip
     grouped_gemm_efficiency: float = key(
         "grouped_gemm_efficiency", gt=0, le=1, default=1.0,
         doc="MoE grouped GEMM's matrix rate / a dense GEMM's (docs/model.md §D1)",

@@ -629,7 +629,7 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if wl.kind == "training" and m.attention_kernel == "trtllm":
         raise mctx.child("attention_kernel").error(
             "('trtllm') is TensorRT-LLM's serving kernel, a forward pass only; training takes "
-            "fa2, cudnn or fa3."
+            "fa2, cudnn, fa3 or triton."
         )
     values = {d: getattr(m, d) for d in (*STRUCTURAL, "pipeline_balance", "expert_tensor_parallel")}
     broken = first_violation(values, model, serving=wl.kind == "inference")

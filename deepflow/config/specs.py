@@ -107,8 +107,9 @@ PIPELINE_BALANCE_MODES = ("layers", "compute", "ends_as_layers")
 #: The fused attention kernel a framework runs (docs/model.md §C6.2): FlashAttention-2
 #: (flash-attn, PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
 #: FusedAttention), FlashAttention-3, TensorRT-LLM's own fused MHA (its context kernels on
-#: Hopper, trtllm-gen on Blackwell; serving, docs/model.md §D1).
-ATTENTION_KERNELS = ("fa2", "cudnn", "fa3", "trtllm")
+#: Hopper, trtllm-gen on Blackwell; serving, docs/model.md §D1), or Tri Dao's FlashAttention in
+#: Triton on the pre-MLIR Triton compiler (llm-foundry's MPT ``attn_impl: triton``).
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3", "trtllm", "triton")
 #: FP8 scaling recipes (docs/model.md §C6.4): one scale per tensor (Transformer Engine's delayed
 #: and current scaling, torchao's tensorwise), one per row of each operand (torchao's rowwise,
 #: axiswise; torchao/float8/config.py Float8LinearRecipeName), or one per 32-element block
@@ -471,7 +472,8 @@ class MappingSpec:
         framework=True,
         choices=ATTENTION_KERNELS,
         default="fa2",
-        doc="the fused attention kernel: FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's",
+        doc="the fused attention kernel: FlashAttention-2, cuDNN, FlashAttention-3, "
+        "TensorRT-LLM's, FlashAttention in pre-MLIR Triton",
     )
     tp_comm_overlap: bool = knob(
         "tp_comm_overlap",

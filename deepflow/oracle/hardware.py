@@ -531,6 +531,7 @@ class DeviceCaps:
     attention_efficiency_cudnn: float = 0.6
     attention_efficiency_fa3: float = 0.6
     attention_efficiency_trtllm: float = 0.6
+    attention_efficiency_triton: float = 0.6
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
     gemm_pipeline_round_trip_s: float = 0.0  # a GEMM pipeline's load round trip (0: no floor)
@@ -547,9 +548,11 @@ class DeviceCaps:
     @property
     def attention_efficiencies(self) -> tuple[float, ...]:
         """The attention efficiency of each fused kernel, in ``ATTENTION_KERNELS`` order
-        (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's; docs/model.md §C6.2)."""
+        (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's, pre-MLIR Triton's;
+        docs/model.md §C6.2)."""
         return (self.attention_efficiency, self.attention_efficiency_cudnn,
-                self.attention_efficiency_fa3, self.attention_efficiency_trtllm)  # fmt: skip
+                self.attention_efficiency_fa3, self.attention_efficiency_trtllm,
+                self.attention_efficiency_triton)  # fmt: skip
 
 
 # DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
@@ -572,6 +575,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_cudnn": cal.attention_efficiency_cudnn or cal.attention_efficiency,
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
+        "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
         "gemm_pipeline_round_trip_s": cal.gemm_pipeline_round_trip_s,

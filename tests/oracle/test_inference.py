@@ -277,7 +277,7 @@ def test_the_frameworks_attention_kernel_sets_the_prefill_attention_rate(device:
 
 def test_an_unknown_attention_kernel_is_rejected_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"mapping.attention_kernel must be one of: fa2, cudnn, "
-                                          r"fa3, trtllm; got 'fa4'"):  # fmt: skip
+                                          r"fa3, trtllm, triton; got 'fa4'"):  # fmt: skip
         serving(mapping={"attention_kernel": "fa4"})
 
 
