@@ -243,7 +243,8 @@ def score_serving_gemm_cases(
     (``gemm.groups`` experts of ``gemm.M`` rows each) and dense ones (``groups`` 1 unless
     stated); a DeepGEMM case by that kernel (:func:`serving_gemm_case_time_s`). ``override``:
     family -> DeviceCaps fields (``grouped_gemm_efficiency``, ``gemm_overlap_exponent``,
-    ``gemm_pipeline_round_trip_s``) to score with instead of the calibration's (the fit,
+    ``gemm_overlap_exponent_dense``, ``gemm_pipeline_round_trip_s``) to score with instead of
+    the calibration's (the fit,
     ``benchmarks/fit_moe_gemm.py``)."""
     rows = []
     for case in serving_gemm_microbenchmarks() if cases is None else cases:
@@ -281,8 +282,20 @@ def serving_gemm_case_time_s(case: dict[str, Any], caps: DeviceCaps, m: int, n: 
         contiguous = spec.get("layout") == "contiguous"
         return deepgemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=False,
                                launch=False, contiguous=contiguous)  # fmt: skip
+    blockwise = serving_gemm_case_blockwise(case)
     return float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=False,
-                                     launch=False))  # fmt: skip
+                                     launch=False, blockwise=blockwise))  # fmt: skip
+
+
+def serving_gemm_case_blockwise(case: dict[str, Any]) -> bool:
+    """Whether a serving GEMM case's operands carry block scales: DeepGEMM's kernels, or inputs
+    stated with block scales (``gemm.dtype_inputs``); the serving model bends such a GEMM's
+    roofline by ``gemm_overlap_exponent``, a dense one without them by
+    ``gemm_overlap_exponent_dense`` (docs/model.md §D1)."""
+    spec = case.get("gemm") or {}
+    return "deep_gemm." in str(spec.get("op", "")) or "block scale" in str(
+        spec.get("dtype_inputs", "")
+    )
 
 
 def hbm_stream_microbenchmarks() -> list[dict[str, Any]]:

@@ -311,29 +311,35 @@ def test_generic_gemm_case_is_scored_at_its_own_shape() -> None:
 
 
 def test_serving_gemm_cases_are_scored_by_the_serving_gemm() -> None:
-    """DeepGEMM's grouped and dense FP8 GEMMs on H800 (the fit's cases): both within 10 % on
-    average (the roofline misses them by a third); a grouped case without its group count, or a
-    dense one without its rows, is refused with the keys it needs."""
+    """DeepGEMM's grouped and dense FP8 GEMMs on H800 (the joint fit's cases) and vLLM's H100
+    table of dense bf16 and per-tensor FP8 GEMMs (the dense exponent's): each kind within 10 %
+    on average (the roofline misses DeepGEMM's by a third); a grouped case without its group
+    count, or a dense one without its rows, is refused with the keys it needs."""
     from deepflow.validation import score_serving_gemm_cases, serving_gemm_microbenchmarks
 
     cases = serving_gemm_microbenchmarks()
     rows = score_serving_gemm_cases()
-    assert len(rows) == len(cases) == 28
+    assert len(rows) == len(cases) == 45
     assert {r["family"] for r in rows} == {"hopper"}
+    deepgemm = [r for r in rows if r["group"].startswith("deepgemm_")]
     for grouped, count, bound in ((True, 10, 0.10), (False, 18, 0.10)):
-        mine = [r for r in rows if r["grouped"] is grouped]
+        mine = [r for r in deepgemm if r["grouped"] is grouped]
         assert len(mine) == count
         assert sum(abs(r["error"]) for r in mine) / count < bound
+    vllm = [r for r in rows if r["group"] == "vllm_bench_fp8_gemm_h100"]
+    assert len(vllm) == 17 and sum(abs(r["error"]) for r in vllm) / 17 < 0.10
     plain = score_serving_gemm_cases(
         override={
             "hopper": {
                 "grouped_gemm_efficiency": 1.0,
                 "gemm_overlap_exponent": math.inf,
+                "gemm_overlap_exponent_dense": math.inf,
                 "gemm_pipeline_round_trip_s": 0.0,
             }
         }
     )
-    assert sum(abs(r["error"]) for r in plain) / len(plain) > 0.30
+    plain_deepgemm = [r for r in plain if r["group"].startswith("deepgemm_")]
+    assert sum(abs(r["error"]) for r in plain_deepgemm) / len(plain_deepgemm) > 0.30
     case = copy.deepcopy(cases[0])
     del case["gemm"]["groups"]
     with pytest.raises(
@@ -974,6 +980,28 @@ def test_the_triton_attention_rate_is_fitted_on_ampere_and_carried_to_hopper() -
     assert hopper.attention_efficiency_triton < hopper.attention_efficiency
 
 
+def test_the_dense_overlap_exponent_is_fitted_to_the_dense_gemms_without_block_scales() -> None:
+    """benchmarks/fit_moe_gemm.py fits Hopper's ``gemm_overlap_exponent_dense`` to the public
+    dense GEMMs without block scales (vLLM's H100 table) alone, and the calibration holds it;
+    DeepGEMM's block-scaled cases stay with the joint constants."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import gemm_case_caps, serving_gemm_case_blockwise
+    from deepflow.validation import serving_gemm_microbenchmarks as cases_of
+
+    fit = _script("fit_moe_gemm")
+    dense, blockwise = [], []
+    for case in cases_of():
+        g = case["gemm"]
+        row = (case, gemm_case_caps(case), (g["M"], g["N"], g["K"], g.get("groups", 1)),
+               "layout" in g, float(case["measured"]["tflops"]))  # fmt: skip
+        (blockwise if serving_gemm_case_blockwise(case) else dense).append(row)
+    assert {r[0]["group"] for r in dense} == {"vllm_bench_fp8_gemm_h100"}
+    assert {r[0]["group"] for r in blockwise} == {"deepgemm_dense_h800", "deepgemm_grouped_h800"}
+    hopper = current_calibration().kernel("hopper")
+    assert fit._fit_dense(dense) == pytest.approx(hopper.gemm_overlap_exponent_dense, abs=1e-9)
+    assert hopper.gemm_overlap_exponent_dense > hopper.gemm_overlap_exponent
+
+
 def test_a_device_with_its_own_matmul_benchmark_holds_its_own_efficiency() -> None:
     """GB200's preset holds the GEMM efficiency its MAMF rows measure (fitted by
     benchmarks/fit_gemm.py, whose Blackwell family fit leaves them out); B200 and GB300 take
@@ -1122,7 +1150,7 @@ def test_a_group_pattern_that_matches_nothing_is_a_clear_error(tmp_path: Path) -
         "the public set: no case's group or id matches 'nomatch*' (a shell-style pattern, e.g. "
         "'megatron*'); its groups: allreduce_bench_h200_node, deepgemm_dense_h800, "
     )
-    assert str(err.value).endswith(" (30 in all).")
+    assert str(err.value).endswith(" (31 in all).")
     path = tmp_path / "cases.json"
     path.write_text(json.dumps([_case("korthikanti2022_table5", 0)]), encoding="utf-8")
     result = runner.invoke(app, ["validate", "--cases", str(path), "--group", "x*"])

@@ -204,6 +204,11 @@ class KernelCalibration:
         doc="p of a serving GEMM's roofline (t_flops^p + t_bytes^p)^(1/p), dense or grouped; "
             "inf: the max",
     )  # fmt: skip
+    gemm_overlap_exponent_dense: float = key(
+        "gemm_overlap_exponent_dense", ge=0, default=0.0,
+        doc="p of a dense serving GEMM without block scales (16-bit, or FP8 with per-tensor or "
+            "row-wise scales); 0: as gemm_overlap_exponent, else >= 1",
+    )  # fmt: skip
     gemm_pipeline_round_trip_s: float = key(
         "gemm_pipeline_round_trip_us", scale=1e-6, ge=0, default=0.0,
         doc="loaded latency of one operand-load round trip of a GEMM's multi-stage pipeline: a "
@@ -257,12 +262,18 @@ def _kernel_calibration(path: Path, family: str) -> KernelCalibration:
         raise ctx.child("families").error(
             f"has no entry for device family {family!r} (known: {', '.join(DEVICE_FAMILIES)})."
         )
-    return build(
+    cal = build(
         KernelCalibration,
         families[family],
         ctx.child(f"families.{family}"),
         extra={"family": family},
     )
+    if 0 < cal.gemm_overlap_exponent_dense < 1:
+        raise ctx.child(f"families.{family}.gemm_overlap_exponent_dense").error(
+            f"must be 0 (as gemm_overlap_exponent) or >= 1; got "
+            f"{cal.gemm_overlap_exponent_dense:g}."
+        )
+    return cal
 
 
 @dataclass(frozen=True, kw_only=True)

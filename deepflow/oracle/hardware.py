@@ -534,6 +534,9 @@ class DeviceCaps:
     attention_efficiency_triton: float = 0.6
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
+    # the p of a dense serving GEMM without block scales (grouped and block-scaled ones take
+    # gemm_overlap_exponent; docs/model.md §D1)
+    gemm_overlap_exponent_dense: float = math.inf
     gemm_pipeline_round_trip_s: float = 0.0  # a GEMM pipeline's load round trip (0: no floor)
     accumulators_in_l1: float = 0.0  # 1: GEMM accumulators live in L1 (TPU VMEM), not in RF
     # host <-> device copies (activation offload; docs/model.md §C2.3): PCIe Gen5 x16 unless
@@ -578,6 +581,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
+        "gemm_overlap_exponent_dense": cal.gemm_overlap_exponent_dense or cal.gemm_overlap_exponent,
         "gemm_pipeline_round_trip_s": cal.gemm_pipeline_round_trip_s,
         "accumulators_in_l1": float(cal.accumulator_store == "l1"),
     }

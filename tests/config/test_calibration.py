@@ -133,6 +133,31 @@ def test_memory_reserves_are_per_device_family(tmp_path: Path) -> None:
         _ = bad.memory_of("tpu")
 
 
+def test_the_dense_overlap_exponent_is_zero_or_at_least_one(tmp_path: Path) -> None:
+    data = yaml.safe_load(calibration_path("kernels").read_text())
+    data["families"]["hopper"]["gemm_overlap_exponent_dense"] = 0.5
+    kernels = tmp_path / "kernels.yaml"
+    kernels.write_text(yaml.safe_dump(data))
+    calibration = calibration_from(
+        (calibration_path("frameworks"), kernels, calibration_path("network"))
+    )
+    message = ("kernels.yaml: families.hopper.gemm_overlap_exponent_dense must be 0 (as "
+               "gemm_overlap_exponent) or >= 1; got 0.5.")  # fmt: skip
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        calibration.kernel("hopper")
+    # 0 (the default) reads as the family's gemm_overlap_exponent
+    data["families"]["hopper"]["gemm_overlap_exponent_dense"] = 0
+    kernels.write_text(yaml.safe_dump(data))
+    calibration = calibration_from(
+        (calibration_path("frameworks"), kernels, calibration_path("network"))
+    )
+    from deepflow.config import load_device
+    from deepflow.oracle.hardware import device_caps
+
+    caps = device_caps(load_device("h100-sxm5-80gb"), "fp8", calibration=calibration)
+    assert caps.gemm_overlap_exponent_dense == caps.gemm_overlap_exponent
+
+
 @pytest.mark.parametrize(
     ("key", "value", "rule"),
     [

@@ -107,6 +107,7 @@ class _Shape(NamedTuple):
     ep_dp: F  # expert-parallel ranks across data-parallel replicas (their own tokens)
     p_act: float  # activations and messages stay 16-bit (§C6.4)
     w_bytes: F  # bytes a quantized layer weight takes with its block scale (§D1)
+    blockwise: NDArray[np.bool_]  # the layer weights carry block scales (§D1)
 
 
 def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
@@ -122,6 +123,7 @@ def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
         pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"], etp=etp,
         ep_tp=ep_tp, ep_dp=ep_dp, p_act=max(caps.bytes_per_element, 2.0),
         w_bytes=caps.bytes_per_element + _scale_bytes(caps, x["weight_scale_block"]),
+        blockwise=_scale_bytes(caps, x["weight_scale_block"]) > 0,
     )  # fmt: skip
 
 
@@ -150,10 +152,12 @@ def _gemm(caps: DeviceCaps, s: _Shape, m: Any, n: Any, k: Any, batch: Any = 1.0,
     family's sustained rate, overlapping in part (:func:`_overlapped`; docs/model.md §D1);
     ``grouped``: an MoE layer's grouped GEMM over ``batch`` experts, whose matrix units run at
     ``grouped_gemm_efficiency`` of the dense rate (:func:`serving_gemm_time_s`); ``w_bytes``:
-    bytes per element of B (default: a quantized layer weight with its block scale)."""
+    bytes per element of B (default: a quantized layer weight with its block scale; a weight
+    given its own bytes, 16-bit, carries no block scales)."""
+    blockwise = s.blockwise if w_bytes is None else False
     w_bytes = s.w_bytes if w_bytes is None else w_bytes
     times = _gemm_times(caps, m, n, k, batch, weights, s.p_act, _matrix_rate(caps), w_bytes)
-    return _overlapped(caps, *times, grouped=grouped) + caps.kernel_launch_s
+    return _overlapped(caps, *times, grouped=grouped, blockwise=blockwise) + caps.kernel_launch_s
 
 
 def _gemm_times(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any, weights: Any,
@@ -173,7 +177,7 @@ def _gemm_times(caps: DeviceCaps, m: Any, n: Any, k: Any, batch: Any, weights: A
 
 
 def _overlapped(caps: DeviceCaps, flops_s: Any, bytes_s: Any, rows_s: Any, *,
-                grouped: bool) -> Any:  # fmt: skip
+                grouped: bool, blockwise: Any = False) -> Any:  # fmt: skip
     """A GEMM's time from its FLOP time (``flops_s``, the rows padded to the MMA tile; an MoE
     grouped GEMM's at ``grouped_gemm_efficiency`` of the dense rate) and its byte time, which
     overlap only in part: the max of the two bent as the p-norm
@@ -183,11 +187,17 @@ def _overlapped(caps: DeviceCaps, flops_s: Any, bytes_s: Any, rows_s: Any, *,
     near its ridge point runs slower than the max of the two. DeepGEMM's tables of dense and
     grouped FP8 GEMMs on H800 show it for both kinds (the plain roofline is 34 % too fast on
     them); p is fitted to the two together with ``grouped_gemm_efficiency``
-    (``benchmarks/fit_moe_gemm.py``; docs/model.md §D1)."""
+    (``benchmarks/fit_moe_gemm.py``). That p holds for grouped GEMMs and for ``blockwise`` ones
+    (weights with block scales: DeepGEMM's FP8 kernels promote each 128-deep block's partial
+    sums from the tensor cores into CUDA-core registers, work a per-tensor kernel leaves to its
+    epilogue); a dense GEMM without block scales (cuBLAS in 16 bits, CUTLASS's per-tensor FP8)
+    overlaps its loads and MMAs further, at ``gemm_overlap_exponent_dense``, fitted to vLLM's
+    H100 table of both (docs/model.md §D1)."""
     if grouped:
         flops_s = flops_s / caps.grouped_gemm_efficiency
         rows_s = rows_s / caps.grouped_gemm_efficiency
-    p = caps.gemm_overlap_exponent
+    p = np.where(grouped | np.asarray(blockwise, dtype=bool), caps.gemm_overlap_exponent,
+                 caps.gemm_overlap_exponent_dense)  # fmt: skip
     top = np.maximum(flops_s, bytes_s)
     if np.all(np.isinf(p)):
         return top
@@ -196,13 +206,14 @@ def _overlapped(caps: DeviceCaps, flops_s: Any, bytes_s: Any, rows_s: Any, *,
 
 
 def serving_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any = 1, *,
-                        grouped: bool = True, sustained: bool = True,
-                        launch: bool = True) -> Any:  # fmt: skip
+                        grouped: bool = True, sustained: bool = True, launch: bool = True,
+                        blockwise: bool = False) -> Any:  # fmt: skip
     """Seconds of a serving GEMM: ``groups`` GEMMs of ``m`` rows × ``k`` by their own ``k`` ×
     ``n`` weights, read once; 16-bit outputs. ``grouped``: an MoE grouped GEMM (``groups``
     experts, ``m`` rows routed to each), else ``groups`` dense GEMMs. ``sustained``: at the
     clocks a whole serving job holds (the family's ``training_sustained_fraction``), else at a
-    microbenchmark's; ``launch``: with the kernel's launch latency.
+    microbenchmark's; ``launch``: with the kernel's launch latency; ``blockwise``: weights with
+    block scales (a dense GEMM without them overlaps at ``gemm_overlap_exponent_dense``).
 
     Example:
         >>> from deepflow.config.loader import load_device
@@ -215,7 +226,8 @@ def serving_gemm_time_s(caps: DeviceCaps, m: Any, n: Any, k: Any, groups: Any = 
     m, n, k, g = (np.asarray(v, dtype=float) for v in (m, n, k, groups))
     rate = _matrix_rate(caps) / (1.0 if sustained else caps.training_sustained_fraction)
     p_out = max(caps.bytes_per_element, 2.0)  # 16-bit outputs (as _Shape.p_act)
-    time = _overlapped(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate), grouped=grouped)
+    time = _overlapped(caps, *_gemm_times(caps, m, n, k, g, None, p_out, rate), grouped=grouped,
+                       blockwise=blockwise)  # fmt: skip
     return time + (caps.kernel_launch_s if launch else 0.0)
 
 
@@ -281,7 +293,7 @@ def deepgemm_time_s(caps: DeviceCaps, m: int, n: int, k: int, groups: int = 1, *
     blocks_k = -(-k // _DEEPGEMM_BLOCK_K)
     floor = waves * blocks_k * caps.gemm_pipeline_round_trip_s / stages
     body = float(serving_gemm_time_s(caps, m, n, k, groups, grouped=grouped, sustained=sustained,
-                                     launch=False))  # fmt: skip
+                                     launch=False, blockwise=True))  # fmt: skip
     return max(body, floor) + (caps.kernel_launch_s if launch else 0.0)
 
 
