@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -95,6 +96,14 @@ def main() -> None:
 _MAX_ROUNDS = 10
 
 
+def _step_errors(cases: list[dict], scenarios: list, measured: np.ndarray,
+                 idx: list[int]) -> Iterator[tuple[str, float]]:  # fmt: skip
+    """(group, |step-time error|) of the public training runs ``idx``, evaluated now."""
+    for i in idx:
+        model = evaluate_module.evaluate_one(scenarios[i])["step_time_s"]
+        yield cases[i]["group"], abs(model / measured[i] - 1.0)
+
+
 def _fit_fractions(cases: list[dict], scenarios: list, measured: np.ndarray,
                    families: list[str]) -> dict[str, float]:  # fmt: skip
     """Family -> the sustained fraction that minimises the group-weighted mean |step-time
@@ -102,13 +111,8 @@ def _fit_fractions(cases: list[dict], scenarios: list, measured: np.ndarray,
     fitted: dict[str, float] = {}
     for family in sorted(set(families)):
         idx = [i for i, f in enumerate(families) if f == family]
-
-        def step_errors(idx: list[int] = idx) -> Iterator[tuple[str, float]]:
-            for i in idx:
-                model = evaluate_module.evaluate_one(scenarios[i])["step_time_s"]
-                yield cases[i]["group"], abs(model / measured[i] - 1.0)
-
-        score, fitted[family] = _best_fraction(step_errors)
+        errors = functools.partial(_step_errors, cases, scenarios, measured, idx)
+        score, fitted[family] = _best_fraction(errors)
         print(f"  {family:10s} training_sustained_fraction {fitted[family]:.2f} "
               f"(group-weighted mean |error| {100 * score:.1f} %)")  # fmt: skip
     return fitted
@@ -133,13 +137,8 @@ def _fit_triton(cases: list[dict], scenarios: list, measured: np.ndarray,
                if f == family and scenarios[i].mapping.attention_kernel == "triton"]  # fmt: skip
         if not idx:
             continue
-
-        def step_errors(idx: list[int] = idx) -> Iterator[tuple[str, float]]:
-            for i in idx:
-                model = evaluate_module.evaluate_one(scenarios[i])["step_time_s"]
-                yield cases[i]["group"], abs(model / measured[i] - 1.0)
-
-        score, fitted[family] = _best_fraction(step_errors, "attention_efficiency_triton",
+        errors = functools.partial(_step_errors, cases, scenarios, measured, idx)
+        score, fitted[family] = _best_fraction(errors, "attention_efficiency_triton",
                                                TRITON_GRID)  # fmt: skip
         print(f"  {family:10s} attention_efficiency_triton {fitted[family]:.2f} (group-weighted "
               f"mean |error| {100 * score:.1f} % over {len(idx)} runs)")  # fmt: skip
