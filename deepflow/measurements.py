@@ -409,10 +409,11 @@ def _attention_kernel(text: str, date: tuple[int, int], flash: bool) -> str:
     (scripts/train/benchmarking/submit_benchmarks.py) overwrote every run's ``attn_impl`` with
     its ``--attn_impl`` default ``triton`` (MPT's own default, ``configuration_mpt.py``) until
     v0.7.0 removed it (llm-foundry PR #1062); Transformer Engine's cuDNN FusedAttention in
-    TE-based stacks (Megatron-Core, NeMo, Megatron-Bridge) from June 2024, when TE 1.8 began to
-    prefer it over FlashAttention on Hopper and later (transformer_engine/pytorch
-    get_attention_backend, NVIDIA/TransformerEngine#889); else FlashAttention-2 (flash-attn,
-    PyTorch SDPA's flash backend)."""
+    TE-based stacks (Megatron-Core, NeMo, Megatron-Bridge) from June 2024 (TE 1.8's
+    get_attention_backend and its documented order, NVIDIA/TransformerEngine#889; TE preferred
+    it on sm90 from 1.2, PR #497, but NeMo 24.03's runs, the earlier ones in hand, are slower
+    than the model with it for another reason: docs/model.md §C6.2); else FlashAttention-2
+    (flash-attn, PyTorch SDPA's flash backend)."""
     if not flash:
         return "fa2"
     if re.search(r"flash[- _]?attention[- _]?3|\bfa3\b|flash_attn_3", text):
