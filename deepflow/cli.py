@@ -327,7 +327,9 @@ def _print_serving_mappings(result: dict[str, Any], *, wide: bool) -> None:
              f"{row['max_concurrency']:.0f}", str(row["mapping"]["tensor_parallel"]),
              str(row["mapping"]["pipeline_parallel"]), str(row["mapping"]["data_parallel"])]
             for rank, row in enumerate(result["mappings"], 1)]  # fmt: skip
-    if any(row["mapping"].get("expert_parallel", 1) > 1 for row in result["mappings"]):
+    if any(row["mapping"].get("expert_parallel", 1) > 1
+           or row["mapping"].get("expert_tensor_parallel", 0) > 0
+           for row in result["mappings"]):  # fmt: skip
         # a MoE's expert layout: EP, and the ranks splitting each expert (0: as TP)
         columns += [("EP", 0, "right"), ("ETP", 0, "right")]
         for line, row in zip(rows, result["mappings"], strict=True):

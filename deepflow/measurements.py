@@ -1063,11 +1063,17 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
     per_node = max(1, min(node, gpus))
     model = _model(case, {"dropout": False}, seq_len=lengths[0] + lengths[1])
     ep = int(inf.get("ep") or 1)
+    etp = 0
     if inf.get("attention_dp"):
         # attention data-parallel (TensorRT-LLM enable_attention_dp): every GPU runs attention
-        # for its own requests with the whole attention block; the experts are sharded over
-        # all of them (expert parallel = the GPUs of the replica)
-        ep = int(inf.get("ep") or gpus // pp)
+        # for its own requests with the whole attention block. The MoE layers span its GPUs as
+        # tp_size = moe_tensor_parallel_size × moe_expert_parallel_size: whole experts sharded
+        # over them where the case states the expert parallelism, else TensorRT-LLM's default,
+        # every expert split over all of them (trtllm-bench --ep default None, so
+        # tensorrt_llm/mapping.py Mapping sets moe_tp_size = tp_size, moe_ep_size = 1; their
+        # tokens all-gathered and the outputs reduce-scattered: docs/model.md §D1)
+        if not inf.get("ep"):
+            etp = gpus // pp
         tp = 1
     dp = max(1, gpus // (tp * pp))
     if requests is not None and inf.get("attention_dp"):
@@ -1088,7 +1094,8 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
                      "output_tokens": lengths[1], "kv_cache_precision": kv,
                      "weight_scale_block": _SCALE_BLOCKS.get(stated, 0)},
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
-                    "expert_parallel": ep, "sequence_parallel": False,
+                    "expert_parallel": ep, "expert_tensor_parallel": etp,
+                    "sequence_parallel": False,
                     "attention_kernel": serving_attention_kernel(case)},
     }  # fmt: skip
     scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")

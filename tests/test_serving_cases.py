@@ -185,8 +185,18 @@ def test_stated_scheduler_limits_win_over_trtllm_benchs_heuristic() -> None:
 
 def test_attention_data_parallel_moe_runs_attention_per_gpu_and_experts_over_all() -> None:
     case = _case("trtllm_q235b_h200_tp8_128_2048")
+    # the page's command passes --ep $ep_size without its value: TensorRT-LLM's default
+    # (trtllm-bench --ep None: Mapping's moe_tp_size = tp_size), every expert split over all 8
+    assert case["inference"]["ep"] is None
     m = inference_case_scenario(case).mapping
-    assert (m.tensor_parallel, m.data_parallel, m.expert_parallel) == (1, 8, 8)
+    assert (m.tensor_parallel, m.data_parallel, m.expert_parallel,
+            m.expert_tensor_parallel) == (1, 8, 1, 8)  # fmt: skip
+    # a stated expert parallelism shards whole experts over the ranks instead
+    case["inference"]["ep"] = 8
+    m = inference_case_scenario(case).mapping
+    assert (m.tensor_parallel, m.data_parallel, m.expert_parallel,
+            m.expert_tensor_parallel) == (1, 8, 8, 0)  # fmt: skip
+    case["inference"]["ep"] = None
     model = inference_case_scenario(case).workload.model
     # Qwen3-235B: 64 heads of 128 on a 4096-wide model; experts 1,536 wide (moe_ffn_hidden)
     assert (model.head_dim, model.ffn_hidden_size, model.num_experts) == (128, 1536, 128)

@@ -192,27 +192,43 @@ def _etp(v: Mapping[str, Any]) -> Any:
 def expert_groups(v: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(etp, ep_tp, ep_dp) of a mapping's MoE layers (vectorised): the ranks that split each
     expert's matrices (``expert_tensor_parallel``, 0 meaning ``tensor_parallel``), the
-    expert-parallel ranks inside each tensor-parallel group (``tensor_parallel / etp``: they
-    see the same tokens) and those across data-parallel replicas (``expert_parallel /
-    ep_tp``: each brings its own tokens). docs/model.md §D1."""
+    expert-parallel ranks inside each tensor-parallel group (``tensor_parallel / etp``, at
+    least 1: they see the same tokens) and those across data-parallel replicas
+    (``expert_parallel / ep_tp``: each brings its own tokens). docs/model.md §D1."""
     tp = np.asarray(v["tensor_parallel"])
     given = np.asarray(_etp(v))
     etp = np.where(given > 0, given, tp)
-    ep_tp = tp // np.maximum(etp, 1)
-    ep_dp = np.asarray(v["expert_parallel"]) // np.maximum(ep_tp, 1)
+    ep_tp = np.maximum(tp // np.maximum(etp, 1), 1)
+    ep_dp = np.asarray(v["expert_parallel"]) // ep_tp
     return etp, ep_tp, ep_dp
+
+
+def expert_replicas(v: Mapping[str, Any]) -> Any:
+    """The data-parallel replicas each expert's split spans (vectorised): ``etp /
+    tensor_parallel`` where ``expert_tensor_parallel`` is a multiple of it above it (serving
+    with attention data parallelism and experts split over the replicas' ranks: TensorRT-LLM's
+    ``moe_tensor_parallel_size`` with ``enable_attention_dp``, vLLM's data parallelism without
+    ``--enable-expert-parallel``, SGLang's DP attention), else 1. docs/model.md §D1."""
+    etp, _, _ = expert_groups(v)
+    return np.maximum(etp // np.maximum(np.asarray(v["tensor_parallel"]), 1), 1)
 
 
 def _serving_ep_ok(v: Mapping[str, Any], m: TransformerSpec) -> Any:
     _, ep_tp, ep_dp = expert_groups(v)
     ep, dp = v["expert_parallel"], v["data_parallel"]
-    inside = ep % np.maximum(ep_tp, 1) == 0
-    return (m.num_experts <= 1) | (inside & (dp % np.maximum(ep_dp, 1) == 0))
+    inside = ep % ep_tp == 0
+    return (m.num_experts <= 1) | (inside & (dp % np.maximum(ep_dp * expert_replicas(v), 1) == 0))
 
 
 def _serving_ep_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
     etp, ep_tp, ep_dp = (int(a) for a in expert_groups(v))
     tp, ep, dp = v["tensor_parallel"], v["expert_parallel"], v["data_parallel"]
+    replicas = int(expert_replicas(v))
+    if replicas > 1:
+        return (f"({ep}) × expert_tensor_parallel {etp} / tensor_parallel {tp} = "
+                f"{ep * replicas} data-parallel replicas must divide data_parallel ({dp}): "
+                "experts split beyond the tensor-parallel group span data-parallel "
+                "replicas.")  # fmt: skip
     if ep % ep_tp:
         return (
             f"({ep}) must be a multiple of the expert-parallel ranks in each tensor-"
@@ -225,12 +241,16 @@ def _serving_ep_message(v: Mapping[str, Any], m: TransformerSpec) -> str:
             "across data-parallel ranks.")  # fmt: skip
 
 
-#: Serving's expert tensor parallelism splits each expert over ranks of a tensor-parallel group.
+#: Serving's expert tensor parallelism splits each expert over ranks of a tensor-parallel
+#: group, or over the ranks of several data-parallel replicas (a multiple of it).
 SERVING_ETP_RULE = Rule(
     "expert_tensor_parallel", ("tensor_parallel",),
     lambda v, m: (m.num_experts <= 1) | (_etp(v) == 0)
-    | (v["tensor_parallel"] % np.maximum(_etp(v), 1) == 0),
-    lambda v, m: f"({_etp(v)}) must divide tensor_parallel ({v['tensor_parallel']}).",
+    | (v["tensor_parallel"] % np.maximum(_etp(v), 1) == 0)
+    | (np.maximum(_etp(v), 1) % v["tensor_parallel"] == 0),
+    lambda v, m: f"({_etp(v)}) must divide tensor_parallel ({v['tensor_parallel']}) or be a "
+                 "multiple of it (each expert then split over the ranks of expert_tensor_"
+                 "parallel / tensor_parallel data-parallel replicas).",
 )  # fmt: skip
 #: Serving's expert-parallel rule: the EP group takes tensor_parallel / expert_tensor_parallel
 #: ranks of each tensor-parallel group, then data-parallel replicas (TensorRT-LLM's

@@ -407,7 +407,10 @@ class MappingSpec:
         "tensor_parallel (serving only) the tensor_parallel / expert_tensor_parallel ranks of "
         "each tensor-parallel group hold different experts for the same tokens (vLLM "
         "--enable-expert-parallel, TensorRT-LLM moe_expert_parallel_size), and the "
-        "expert-parallel group spans data-parallel replicas beyond them",
+        "expert-parallel group spans data-parallel replicas beyond them; a multiple of "
+        "tensor_parallel (serving only) splits each expert over the ranks of that many / "
+        "tensor_parallel data-parallel replicas, whose tokens are gathered (attention data "
+        "parallelism with tensor-parallel experts)",
     )
     micro_batch_size: int = knob("micro_batch_size", workloads=_LLM, ge=1, default=1)
     virtual_pipeline_stages: int = knob("virtual_pipeline_stages", workloads=_LLM, ge=1, default=1)

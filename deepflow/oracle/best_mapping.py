@@ -235,39 +235,43 @@ def _best_serving_mappings(
     the feasible ones (docs/model.md §D1, §D3). A MoE model with expert parallelism is also
     laid out both ways: experts split as the dense layers with EP across replicas
     (``expert_tensor_parallel`` 0) and whole experts with EP inside the tensor-parallel group
-    first (1); a split both layouts make the same is listed once."""
+    first (1); and any MoE model with every expert split over all the devices of a stage
+    (``expert_parallel`` 1, ``expert_tensor_parallel`` the devices: attention data parallelism
+    with tensor-parallel experts, TensorRT-LLM's default without ``--ep``); a split two
+    layouts make the same is listed once."""
     from deepflow.oracle.evaluate import evaluate_table
 
     model = scenario.workload.model
     assert isinstance(model, TransformerSpec)
     n, base = scenario.system.num_devices, scenario.mapping
-    candidates = {"tensor_parallel": _divisors(n), "pipeline_parallel": _divisors(n),
-                  "data_parallel": None, "context_parallel": (1,),
-                  "expert_parallel": (base.expert_parallel,),
-                  "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
-    layouts = [base.expert_tensor_parallel]
+    layouts = [(base.expert_parallel, base.expert_tensor_parallel)]  # (ep, etp)
     if model.num_experts > 1 and base.expert_parallel > 1:
-        layouts = sorted({*layouts, 0, 1})
+        layouts = sorted({*layouts, (base.expert_parallel, 0), (base.expert_parallel, 1)})
+    if model.num_experts > 1:
+        layouts = sorted({*layouts, (1, n)})
     degrees = [STRUCTURAL.index(d) for d in ("tensor_parallel", "pipeline_parallel",
                                              "data_parallel")]  # fmt: skip
-    rows: dict[tuple[int, ...], tuple[int, ...]] = {}  # (tp, pp, dp, etp in effect) -> row
-    for etp in layouts:
+    rows: dict[tuple[int, ...], tuple[int, ...]] = {}  # (tp, pp, dp, ep, etp in effect) -> row
+    for ep, etp in layouts:
+        candidates = {"tensor_parallel": _divisors(n), "pipeline_parallel": _divisors(n),
+                      "data_parallel": None, "context_parallel": (1,), "expert_parallel": (ep,),
+                      "micro_batch_size": (1,), "virtual_pipeline_stages": (1,)}  # fmt: skip
         valid = valid_mappings(n, model, scenario.workload.global_batch_size, candidates,
                                serving=True, fixed={"expert_tensor_parallel": etp})  # fmt: skip
         for tp, pp, dp in valid[:, degrees].tolist():
-            rows.setdefault((tp, pp, dp, etp or tp), (tp, pp, dp, etp))
-    grid = np.array(list(rows.values()), dtype=float).reshape(-1, 4)
+            rows.setdefault((tp, pp, dp, ep, etp or tp), (tp, pp, dp, ep, etp))
+    grid = np.array(list(rows.values()), dtype=float).reshape(-1, 5)
     columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
-               "data_parallel": grid[:, 2], "expert_tensor_parallel": grid[:, 3]}  # fmt: skip
+               "data_parallel": grid[:, 2], "expert_parallel": grid[:, 3],
+               "expert_tensor_parallel": grid[:, 4]}  # fmt: skip
     table = evaluate_table(scenario, columns, calibration=calibration)
     feasible = np.asarray(table["feasible"], dtype=bool)
     order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if feasible[i]][:top]
     out = [
         {
             "mapping": {"tensor_parallel": int(grid[i, 0]), "pipeline_parallel": int(grid[i, 1]),
-                        "data_parallel": int(grid[i, 2]),
-                        "expert_parallel": base.expert_parallel,
-                        "expert_tensor_parallel": int(grid[i, 3])},
+                        "data_parallel": int(grid[i, 2]), "expert_parallel": int(grid[i, 3]),
+                        "expert_tensor_parallel": int(grid[i, 4])},
             "tokens_per_s": float(table["tokens_per_s"][i]),
             "ttft_s": float(table["ttft_s"][i]),
             "tpot_s": float(table["tpot_s"][i]),

@@ -111,13 +111,26 @@ def test_serving_shards_experts_inside_the_tensor_parallel_group_first() -> None
         "tensor-parallel group, tensor_parallel 8 / expert_tensor_parallel 1 = 8.")  # fmt: skip
     assert first_violation(_moe(tensor_parallel=8, expert_parallel=8, expert_tensor_parallel=3),
                            model, serving=True) == (
-        "expert_tensor_parallel", "(3) must divide tensor_parallel (8).")  # fmt: skip
+        "expert_tensor_parallel", "(3) must divide tensor_parallel (8) or be a multiple of it "
+        "(each expert then split over the ranks of expert_tensor_parallel / tensor_parallel "
+        "data-parallel replicas).")  # fmt: skip
     assert first_violation(
         _moe(tensor_parallel=2, data_parallel=2, expert_parallel=8, expert_tensor_parallel=1),
         model, serving=True,
     ) == ("expert_parallel", "(8) / 2 (its ranks in each tensor-parallel group) = 4 must divide "
           "data_parallel (2): beyond the tensor-parallel group experts are sharded across "
           "data-parallel ranks.")  # fmt: skip
+    # attention data parallelism with every expert split over the replicas' ranks (TensorRT-LLM
+    # moe_tensor_parallel_size with enable_attention_dp), alone or beside expert parallelism
+    assert first_violation(_moe(data_parallel=8, expert_tensor_parallel=8), model,
+                           serving=True) is None  # fmt: skip
+    assert first_violation(_moe(tensor_parallel=2, data_parallel=4, expert_parallel=2,
+                                expert_tensor_parallel=4), model, serving=True) is None  # fmt: skip
+    assert first_violation(_moe(data_parallel=4, expert_parallel=2, expert_tensor_parallel=4),
+                           model, serving=True) == (
+        "expert_parallel", "(2) × expert_tensor_parallel 4 / tensor_parallel 1 = 8 data-parallel "
+        "replicas must divide data_parallel (4): experts split beyond the tensor-parallel group "
+        "span data-parallel replicas.")  # fmt: skip
     # training splits every expert as its dense layers do
     trained = _moe(tensor_parallel=4, data_parallel=4, expert_parallel=4, expert_tensor_parallel=1)
     assert first_violation(trained, model) == (

@@ -439,6 +439,36 @@ def test_experts_sharded_inside_the_tensor_parallel_group_need_no_all_to_all() -
     assert grown == pytest.approx(2048 * 2 * 14336 * 2 * 2, rel=1e-9)
 
 
+def test_experts_split_over_attention_data_parallel_replicas_gather_their_tokens() -> None:
+    # Mixtral 8x7B on four GPUs with attention data parallelism: whole experts, two a GPU
+    # (expert parallelism, TensorRT-LLM moe_expert_parallel_size 4), or every expert split over
+    # the four (expert_tensor_parallel 4: moe_tensor_parallel_size 4, TensorRT-LLM's default
+    # without --ep; vLLM's data parallelism without --enable-expert-parallel)
+    kw = {"model": "mixtral-8x7b", "global_batch_size": 32, "batching": "static",
+          "devices": 4}  # fmt: skip
+    ep = evaluate_one(serving(mapping={"data_parallel": 4, "expert_parallel": 4}, **kw))
+    split = evaluate_one(serving(mapping={"data_parallel": 4, "expert_tensor_parallel": 4}, **kw))
+    assert split["feasible"] and ep["feasible"]
+    # the same expert bytes a GPU: 2 whole experts or a quarter of all 8
+    assert split["memory_breakdown_B"]["weights"] == pytest.approx(
+        ep["memory_breakdown_B"]["weights"], rel=1e-12)  # fmt: skip
+    # a batch of 32 decodes touches every expert: both read all their expert bytes a step
+    assert split["breakdown_s"]["decode_gemm"] == pytest.approx(
+        ep["breakdown_s"]["decode_gemm"], rel=0.05)  # fmt: skip
+    # the replicas' hidden states are all-gathered and the partial outputs reduce-scattered:
+    # four tokens' worth of hidden states a token, against the all-to-all's two picks
+    assert split["breakdown_s"]["decode_comm"] > 0 and ep["breakdown_s"]["decode_comm"] > 0
+    kw1 = {**kw, "global_batch_size": 1}
+    alone = evaluate_one(serving(mapping={"data_parallel": 4, "expert_tensor_parallel": 4}, **kw1))
+    assert alone["breakdown_s"]["decode_comm"] < split["breakdown_s"]["decode_comm"]
+    # and their expert rows are as long as the four replicas' tokens together: the activation
+    # memory of a token budget grows with them
+    budget = {**kw, "max_num_tokens": 2048}
+    one, four = (evaluate_one(serving(mapping={"data_parallel": 4, "expert_tensor_parallel": e},
+                                      **budget)) for e in (1, 4))  # fmt: skip
+    assert four["memory_breakdown_B"]["activations"] > one["memory_breakdown_B"]["activations"]
+
+
 def test_pipeline_stages_keep_micro_batches_in_flight() -> None:
     pp = evaluate_one(serving(model="llama3-70b", devices=4, global_batch_size=64,
                               mapping={"pipeline_parallel": 4}))  # fmt: skip
@@ -489,10 +519,11 @@ def test_batch_equals_loop_of_singles() -> None:
 
 def test_batch_equals_loop_over_expert_layouts() -> None:
     s = load_scenario(SCENARIOS / "qwen3-235b-serving-h200.yaml")
-    columns = {"tensor_parallel": [1, 8, 8, 2], "data_parallel": [8, 1, 1, 4],
-               "expert_parallel": [8, 8, 4, 8], "expert_tensor_parallel": [0, 1, 2, 1]}  # fmt: skip
+    columns = {"tensor_parallel": [1, 8, 8, 2, 1, 2], "data_parallel": [8, 1, 1, 4, 8, 4],
+               "expert_parallel": [8, 8, 4, 8, 1, 2],
+               "expert_tensor_parallel": [0, 1, 2, 1, 8, 4]}  # fmt: skip
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
-    for i in range(4):
+    for i in range(6):
         mapping = dataclasses.replace(s.mapping, **{k: v[i] for k, v in columns.items()})
         one = evaluate_one(dataclasses.replace(s, mapping=mapping))
         for key in ("step_time_s", "ttft_s", "tpot_s", "memory_per_device_B"):
@@ -571,16 +602,21 @@ def test_best_mapping_lays_a_moes_experts_out_both_ways() -> None:
     s = load_scenario(SCENARIOS / "qwen3-235b-serving-h200.yaml")  # 8 GPUs, EP 8
     result = best_mappings(s, top=50)
     layouts = [(m["mapping"]["tensor_parallel"], m["mapping"]["data_parallel"],
-                m["mapping"]["expert_tensor_parallel"]) for m in result["mappings"]]  # fmt: skip
+                m["mapping"]["expert_parallel"], m["mapping"]["expert_tensor_parallel"])
+               for m in result["mappings"]]  # fmt: skip
     # attention DP with EP across the replicas (TP 1: both layouts are the same, listed once),
-    # and TP 2, 4, 8 attention with the EP group inside the tensor-parallel group first
-    assert sorted(layouts) == [(1, 8, 0), (2, 4, 1), (4, 2, 1), (8, 1, 1)]
-    assert result["num_valid"] == 4
-    (tp8,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 8]
-    mapping = dataclasses.replace(s.mapping, tensor_parallel=8, data_parallel=1,
-                                  expert_tensor_parallel=1)  # fmt: skip
-    one = evaluate_one(dataclasses.replace(s, mapping=mapping))
-    assert tp8["tokens_per_s"] == one["tokens_per_s"] and tp8["tpot_s"] == one["tpot_s"]
+    # TP 2, 4, 8 attention with the EP group inside the tensor-parallel group first, and every
+    # expert split over all 8 GPUs (EP 1) under each attention split
+    assert sorted(layouts) == [(1, 8, 1, 8), (1, 8, 8, 0), (2, 4, 1, 8), (2, 4, 8, 1),
+                               (4, 2, 1, 8), (4, 2, 8, 1), (8, 1, 1, 8), (8, 1, 8, 1)]  # fmt: skip
+    assert result["num_valid"] == 8
+    for ep, etp in ((8, 1), (1, 8)):
+        (tp8,) = [m for m in result["mappings"] if m["mapping"]["tensor_parallel"] == 8
+                  and m["mapping"]["expert_parallel"] == ep]  # fmt: skip
+        mapping = dataclasses.replace(s.mapping, tensor_parallel=8, data_parallel=1,
+                                      expert_parallel=ep, expert_tensor_parallel=etp)  # fmt: skip
+        one = evaluate_one(dataclasses.replace(s, mapping=mapping))
+        assert tp8["tokens_per_s"] == one["tokens_per_s"] and tp8["tpot_s"] == one["tpot_s"]
 
 
 def test_the_framework_host_time_bounds_each_iteration() -> None:

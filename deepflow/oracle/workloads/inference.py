@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, MemoryCalibration
-from deepflow.config.mapping import expert_groups
+from deepflow.config.mapping import expert_groups, expert_replicas
 from deepflow.config.specs import MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
 from deepflow.oracle.network import NetworkModel
@@ -105,6 +105,7 @@ class _Shape(NamedTuple):
     etp: F  # ranks that split each expert's matrices (docs/model.md §D1)
     ep_tp: F  # expert-parallel ranks inside a tensor-parallel group (the same tokens)
     ep_dp: F  # expert-parallel ranks across data-parallel replicas (their own tokens)
+    etp_dp: F  # data-parallel replicas each expert's split spans (their tokens gathered)
     p_act: float  # activations and messages stay 16-bit (§C6.4)
     w_bytes: F  # bytes a quantized layer weight takes with its block scale (§D1)
     blockwise: NDArray[np.bool_]  # the layer weights carry block scales (§D1)
@@ -121,7 +122,8 @@ def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
         mats=2.0 + x["swiglu"], vocab=x["vocab_size"], experts=x["num_experts"],
         topk=x["experts_per_token"], moe=x["num_experts"] > 1, tp=tp,
         pp=x["pipeline_parallel"], dp=x["data_parallel"], ep=x["expert_parallel"], etp=etp,
-        ep_tp=ep_tp, ep_dp=ep_dp, p_act=max(caps.bytes_per_element, 2.0),
+        ep_tp=ep_tp, ep_dp=ep_dp, etp_dp=np.asarray(expert_replicas(x), dtype=float),
+        p_act=max(caps.bytes_per_element, 2.0),
         w_bytes=caps.bytes_per_element + _scale_bytes(caps, x["weight_scale_block"]),
         blockwise=_scale_bytes(caps, x["weight_scale_block"]) > 0,
     )  # fmt: skip
@@ -315,15 +317,17 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     dense = _gemm(caps, s, tokens, up, s.h) + _gemm(caps, s, tokens, s.h, s.ffn / s.tp)
     # experts: the EP group's tokens × top-k picks over E experts, E/ep of them here, each
     # split etp ways; the group's ep_dp replicas bring their own tokens, its ep_tp ranks of
-    # one tensor-parallel group share theirs. Under uniform routing an expert is used with
-    # probability 1 − (1 − k/E)^(tokens·ep_dp), so a step touches E·(1 − (1 − k/E)^B)
-    # distinct experts of the E (Fedus et al., JMLR 2022 §2.2, the token-choice top-k router;
-    # the expected coverage of B·k uniform picks). A grouped GEMM (TensorRT-LLM's and vLLM's
-    # fused-MoE kernels) runs only the experts with rows, each padded to the MMA tile: the
-    # routed rows spread over the used experts
+    # one tensor-parallel group share theirs, and where each expert's split spans etp_dp
+    # replicas their tokens are gathered and every one of their ranks runs them all. Under
+    # uniform routing an expert is used with probability 1 − (1 − k/E)^(tokens·replicas), so
+    # a step touches E·(1 − (1 − k/E)^B) distinct experts of the E (Fedus et al., JMLR 2022
+    # §2.2, the token-choice top-k router; the expected coverage of B·k uniform picks). A
+    # grouped GEMM (TensorRT-LLM's and vLLM's fused-MoE kernels) runs only the experts with
+    # rows, each padded to the MMA tile: the routed rows spread over the used experts
+    replicas = s.ep_dp * s.etp_dp
     local = np.maximum(s.experts / s.ep, 1.0)
-    used = local * -np.expm1(tokens * s.ep_dp * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
-    rows = tokens * s.topk * s.ep_dp * local / np.maximum(s.experts, 1.0)  # routed here
+    used = local * -np.expm1(tokens * replicas * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
+    rows = tokens * s.topk * replicas * local / np.maximum(s.experts, 1.0)  # routed here
     per_expert = rows / np.maximum(used, 1e-300)
     up_e, down_e = (s.mats - 1) * s.ffn / s.etp, s.ffn / s.etp
     experts = _gemm(caps, s, per_expert, up_e, s.h, used, used * up_e * s.h, grouped=True) + _gemm(
@@ -381,18 +385,27 @@ def _iteration(
     # routing copies each token to its k experts' rows and sums them back (TensorRT-LLM's
     # expandInputRows and finalizeMoeRouting kernels: read h, write k·h; read k·h, write h)
     rotary = 2 * tokens * (s.q + s.kv) * s.d_h
-    routing = np.where(s.moe, 2 * (s.topk + 1) * tokens * s.h, 0.0)
+    # (where each expert's split spans etp_dp replicas, a rank routes the gathered tokens of
+    # all of them; its activation elements stay T·k·F/t: etp = t·etp_dp)
+    routing = np.where(s.moe, 2 * (s.topk + 1) * tokens * s.etp_dp * s.h, 0.0)
     elementwise = o.mem((8 * gemm_tokens * s.h + rotary + 3 * expert_tokens * s.ffn / s.tp
                          + routing) * s.p_act, 0.0, np.where(s.moe, 6, 4))  # fmt: skip
     # the attention's and the MLP's all-reduces over the tensor-parallel group (which also sums
     # the expert outputs of its ep_tp expert-parallel ranks); an MoE's dispatch and combine
     # all-to-alls over the ep_dp replicas, each of the ep_tp ranks sending its share of the
-    # tokens they hold alike
+    # tokens they hold alike; where each expert's split spans etp_dp replicas, their hidden
+    # states all-gathered before the experts and the partial outputs reduce-scattered after
+    # (TensorRT-LLM's attention-DP MoE, vLLM's data-parallel dispatch and combine)
+    gathered = tokens * s.etp_dp * s.h * s.p_act
+    spans = np.where(s.moe & (s.etp_dp > 1), 1.0, 0.0)
     comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0) + np.where(
         s.moe,
         2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act / s.ep_tp, s.ep_dp, s.tp),
         0.0,
     )
+    if np.any(spans > 0):
+        comm = comm + spans * (o.coll("all_gather", gathered, s.etp_dp, s.tp)
+                               + o.coll("reduce_scatter", gathered, s.etp_dp, s.tp))  # fmt: skip
     stages = s.pp * s.layers
     send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
     # the output layer for every token that emits one: decodes and each prompt's last token
@@ -654,9 +667,10 @@ def _memory(
     # batch's B·s_in, or the scheduler's token budget, which the framework allocates up front
     # an MoE layer runs the tokens of its ep_dp expert-parallel replicas together (attention
     # data parallelism gathers them), its expert rows sized for every pick of every one, each
-    # as wide as an expert's share on a rank (ffn / etp)
-    wide = np.where(s.moe, s.topk * s.ep_dp * s.ffn / s.etp, s.ffn / tp)
-    act = ((s.mats - 1) * wide + h) * s.p_act
+    # as wide as an expert's share on a rank (ffn / etp); where each expert's split spans
+    # etp_dp replicas, their gathered hidden states too
+    wide = np.where(s.moe, s.topk * s.ep_dp * s.etp_dp * s.ffn / s.etp, s.ffn / tp)
+    act = ((s.mats - 1) * wide + h * np.where(s.moe, s.etp_dp, 1.0)) * s.p_act
     static, budget = x["static_batching"] > 0, x["max_num_tokens"]
     slope = np.where(static, s_in, 1 + s_in / s_out) / s.pp
     slope = np.where(budget > 0, 0.0, slope)
