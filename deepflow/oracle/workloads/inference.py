@@ -396,7 +396,6 @@ def _iteration(
     # tokens they hold alike; where each expert's split spans etp_dp replicas, their hidden
     # states all-gathered before the experts and the partial outputs reduce-scattered after
     # (TensorRT-LLM's attention-DP MoE, vLLM's data-parallel dispatch and combine)
-    gathered = tokens * s.etp_dp * s.h * s.p_act
     spans = np.where(s.moe & (s.etp_dp > 1), 1.0, 0.0)
     comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0) + np.where(
         s.moe,
@@ -404,6 +403,7 @@ def _iteration(
         0.0,
     )
     if np.any(spans > 0):
+        gathered = tokens * s.etp_dp * s.h * s.p_act
         comm = comm + spans * (o.coll("all_gather", gathered, s.etp_dp, s.tp)
                                + o.coll("reduce_scatter", gathered, s.etp_dp, s.tp))  # fmt: skip
     stages = s.pp * s.layers
