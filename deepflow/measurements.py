@@ -344,6 +344,27 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             **_compiled_stack_flags(case)}  # fmt: skip
 
 
+def _fsdp(case: dict[str, Any]) -> tuple[str, bool]:
+    """The ZeRO-3 implementation and whether it reduce-scatters in fp32
+    (``fsdp_implementation``, ``fsdp_reduce_fp32``; docs/model.md §C3.3): torchtitan shards
+    with FSDP2 (``fully_shard`` since its first release, reducing in fp32:
+    torchtitan/parallelisms/parallelize_llama.py ``MixedPrecisionPolicy(param_dtype=bfloat16,
+    reduce_dtype=float32)``, April 2024); Composer (llm-foundry) with FSDP1
+    (composer/trainer/dist_strategy.py ``prepare_fsdp_module``), whose ``mixed_precision:
+    DEFAULT`` reduces in fp32 and ``PURE`` in the 16-bit precision
+    (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``, v0.16.4); a case that
+    names FSDP2 (``fully_shard``) or PyTorch's FSDP1 (``FullyShardedDataParallel``) likewise;
+    else none."""
+    precision = str((case.get("training") or {}).get("precision") or "").lower()
+    text = f"{_framework_text(case)} {precision}"
+    fp32 = bool(re.search(r"reduce[_ ]?(dtype)?[ =:]*(fp32|float32)|fp32 reduce", text))
+    if re.search(r"torchtitan|fsdp2|fully_shard", text):
+        return "fsdp2", fp32 or "torchtitan" in text
+    if re.search(r"composer|llm[- ]foundry|fullyshardeddataparallel|pytorch fsdp", text):
+        return "fsdp1", fp32 or bool(re.search(r"mixed_precision[ =:]*(default|full)\b", text))
+    return "none", False
+
+
 def _async_tp_linears(case: dict[str, Any]) -> bool:
     """Whether a nanotron case's TP linears communicate asynchronously: its ``tp_mode`` text
     says so (``tp_linear_async_communication``, which nanotron honours in REDUCE_SCATTER mode
@@ -936,6 +957,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
     batch = _modelled_batch(case, dp, mb)
     precision = _precision(case, _preset_raw("devices", device_preset))
     profile = framework_profile(case)
+    fsdp, fsdp_fp32 = _fsdp(case)
     layer_sac = _layer_checkpointed(case, int(_need(case, "model.layers")) // pp)
     raw = {
         **({"framework": profile} if profile else {}),
@@ -969,6 +991,8 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fp8_params": flags["fp8_params"],
             "fp8_recipe": flags["fp8_recipe"],
             "overlap_grad_reduce": flags["dp_overlap"],
+            "fsdp_implementation": fsdp,
+            "fsdp_reduce_fp32": fsdp_fp32,
             "fp32_main_grads": flags["fp32_main_grads"],
             "gradient_buffers": flags["gradient_buffers"],
             "pipeline_balance": flags["pipeline_balance"],

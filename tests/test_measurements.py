@@ -590,6 +590,35 @@ def test_eager_torchtitan_runs_its_norms_rotary_and_swiglu_unfused(
     assert (m.fused_norm, m.fused_rotary, m.fused_swiglu) == expected
 
 
+@pytest.mark.parametrize(
+    ("framework_text", "precision", "expected"),
+    [
+        # docs/model.md §C3.3: Composer runs PyTorch FSDP1; its mixed_precision DEFAULT
+        # reduces in fp32, PURE in bf16 (composer/trainer/mosaic_fsdp_utils.py)
+        (
+            "Composer + PyTorch FSDP (llm-foundry)",
+            "amp_bf16 (FSDP mixed_precision=DEFAULT)",
+            ("fsdp1", True),
+        ),
+        (
+            "Composer + PyTorch FSDP (llm-foundry)",
+            "bf16 (FSDP mixed_precision=PURE)",
+            ("fsdp1", False),
+        ),
+        # torchtitan: fully_shard (FSDP2) with an fp32 reduce dtype
+        ("torchtitan", "bf16", ("fsdp2", True)),
+        ("PyTorch fully_shard (FSDP2)", "bf16 (reduce_dtype bf16)", ("fsdp2", False)),
+        ("Megatron-Core", "bf16", ("none", False)),  # its own contiguous buffers
+    ],
+)
+def test_fsdp_implementation_and_reduce_dtype_from_the_framework(
+    framework_text: str, precision: str, expected: tuple[str, bool]
+) -> None:
+    case = _titan(framework=framework_text, precision=precision)
+    m = training_case_scenario(case).mapping
+    assert (m.fsdp_implementation, m.fsdp_reduce_fp32) == expected
+
+
 def test_software_date_from_versions_and_source() -> None:
     assert software_date(_titan(framework_version="torch 2.9.0.dev20250815+cu128")) == (2025, 8)
     assert software_date(_titan(framework_version="torch 2.7.0a0+gitb98af95")) == (2025, 3)

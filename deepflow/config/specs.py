@@ -20,6 +20,7 @@ __all__ = [
     "CROSS_ENTROPY_MODES",
     "FFN_ACTIVATIONS",
     "FP8_RECIPES",
+    "FSDP_IMPLEMENTATIONS",
     "GRADIENT_BUFFER_MODES",
     "GRID_AXES",
     "MASTER_WEIGHTS_MODES",
@@ -99,6 +100,14 @@ MASTER_WEIGHTS_MODES = ("fp32", "remainders")
 #: parameter besides the 16-bit ``.grad`` autograd writes each backward and, with data
 #: parallelism, PyTorch DDP's 16-bit buckets.
 GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
+#: Which implementation shards the parameters under ZeRO-3 (docs/model.md §C3.3), for the
+#: memory-bound copies it makes beside its collectives every micro-batch: none (Megatron-Core's
+#: and DeepSpeed's contiguous buffers, XLA's compiled program), PyTorch's FSDP1
+#: (``FlatParameter``: the flat gradient assembled from its views' gradients, cast to the
+#: reduce dtype and pre-divided before the reduce-scatter) or FSDP2 (``fully_shard``, per
+#: parameter: each all-gather copied out into the parameters, the gradients copied into the
+#: reduce-scatter input).
+FSDP_IMPLEMENTATIONS = ("none", "fsdp1", "fsdp2")
 #: How layers are cut into pipeline stages (docs/model.md §C2.3): the same number of layers
 #: per stage (Megatron); by compute cost with the output layer counted as vocab x h
 #: (nanotron's ``build_model``: the first stages take more layers); or the same number of
@@ -508,6 +517,23 @@ class MappingSpec:
         default=True,
         doc="DP comm overlap",
     )
+    fsdp_implementation: str = knob(
+        "fsdp_implementation",
+        workloads=_LLM,
+        framework=True,
+        choices=FSDP_IMPLEMENTATIONS,
+        default="none",
+        doc="ZeRO-3's implementation, for its per-micro-batch gradient and parameter copies: "
+            "none (contiguous buffers, compiled), PyTorch FSDP1 (FlatParameter) or FSDP2",
+    )  # fmt: skip
+    fsdp_reduce_fp32: bool = knob(
+        "fsdp_reduce_fp32",
+        workloads=_LLM,
+        framework=True,
+        default=False,
+        doc="FSDP reduce-scatters the gradients in fp32 (MixedPrecision reduce_dtype float32), "
+            "cast from the 16-bit ones",
+    )  # fmt: skip
     overlap_p2p_comm: bool = knob(
         "overlap_p2p_comm",
         workloads=_LLM,

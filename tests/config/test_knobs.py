@@ -128,6 +128,8 @@ SPACE = {
         "fp8_params": {"type": "categorical", "choices": [False, True]},
         "fp8_recipe": {"type": "categorical", "choices": ["tensorwise", "rowwise", "mxfp8"]},
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
+        "fsdp_implementation": {"type": "categorical", "choices": ["none", "fsdp1", "fsdp2"]},
+        "fsdp_reduce_fp32": {"type": "categorical", "choices": [False, True]},
         "rank_order": {"type": "categorical", "choices": ["tp-cp-dp-pp", "dp-tp-cp-pp"]},
         "grid_axes": {"type": "categorical", "choices": ["xyz", "yxz"]},
     },

@@ -328,6 +328,43 @@ def test_eager_elementwise_ops_slow_only_the_elementwise_kernels_and_their_recom
     assert eager["step_time_s"] > fused["step_time_s"]
 
 
+def test_fsdp_copies_move_each_implementations_bytes_every_micro_batch() -> None:
+    # docs/model.md §C3.3, per unsharded parameter and micro-batch (p = 2, r the reduce
+    # dtype's bytes): FSDP1 2p (the flat gradient from its views' gradients) + 2r (the
+    # pre-divide) + p + 4 where it casts to an fp32 reduce: 8 or 18 bytes; FSDP2 copies each
+    # all-gather out (2p, twice under ZeRO-3) and the gradients in (p + r): 14 bytes in fp32.
+    # Three kernels a layer each, so the differences are bytes alone.
+    def copies(s: Scenario) -> float:
+        return float(evaluate_one(s)["breakdown_s"]["fsdp_copies"])
+
+    assert copies(llama()) == 0.0  # none: contiguous buffers, a compiled program
+    flat16 = copies(llama(fsdp_implementation="fsdp1"))
+    flat32 = copies(llama(fsdp_implementation="fsdp1", fsdp_reduce_fp32=True))
+    per32 = copies(llama(fsdp_implementation="fsdp2", fsdp_reduce_fp32=True))
+    assert 0.0 < flat16 < per32 < flat32
+    assert (per32 - flat16) / (flat32 - flat16) == pytest.approx((14 - 8) / (18 - 8), rel=1e-9)
+    # FSDP2 without resharding after the forward copies one all-gather out, not two
+    assert copies(llama(fsdp_implementation="fsdp2", fsdp_reduce_fp32=True, zero_stage=2)) < per32
+    # every micro-batch: twice the micro-batches, twice the copies
+    twice = llama(fsdp_implementation="fsdp1")
+    twice = dataclasses.replace(
+        twice, workload=dataclasses.replace(twice.workload, global_batch_size=128)
+    )
+    assert copies(twice) == pytest.approx(2 * flat16, rel=1e-12)
+    # only sharded gradients are copied so (ZeRO-1 keeps a DDP-style bucketed reduce)
+    assert copies(llama(fsdp_implementation="fsdp1", zero_stage=1)) == 0.0
+
+
+def test_an_fp32_fsdp_reduce_scatters_twice_the_bytes() -> None:
+    # the reduce-scatter of the last layer unit stays exposed (§C3.2): fp32 gradients make it
+    # longer than 16-bit ones
+    def comm(**mapping: object) -> float:
+        s = llama(fsdp_implementation="fsdp1", **mapping)
+        return float(evaluate_one(s)["breakdown_s"]["data_parallel_comm"])
+
+    assert comm(fsdp_reduce_fp32=True) > comm()
+
+
 def _llama405b(**mapping: object) -> Scenario:
     """Llama 3 405B (126 layers) on 16 pipeline stages of 8 H100s, 32 micro-batches."""
     from deepflow.config import scenario_from_mapping

@@ -58,6 +58,8 @@ def _rows(s: Scenario, count: int, **override: float) -> dict[str, np.ndarray]:
         ("llama", {}),  # fused attention, TP overlap, distributed optimizer
         ("gpt3", {"overlap_grad_reduce": 0.0}),  # unfused attention, DeepSpeed 2021 ZeRO-3
         ("gpt3", {"tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0}),
+        ("llama", {"fsdp_implementation": 1.0, "fsdp_reduce_fp32": 1.0}),  # FSDP1's copies
+        ("llama", {"fsdp_implementation": 2.0}),  # FSDP2's
     ],
 )
 def test_scalar_path_equals_the_batched_path(name: str, override: dict[str, float]) -> None:

@@ -186,6 +186,7 @@ def compose(
     breakdown["data_parallel_comm"] = dpm.data_parallel_comm(
         i, o, params, layer, calibration, (gemms, attn, elem)
     )
+    breakdown["fsdp_copies"] = dpm.fsdp_copies(i, o, params)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     mem = memory(i, o, params, calibration.memory_of(caps.family))

@@ -1,9 +1,10 @@
 """Data parallelism and the optimizer: a stage's parameters, gradient synchronisation under
-plain data parallelism, ZeRO-1/2 (distributed optimizer) and ZeRO-3/FSDP, the Adam step, and
-the tied-embedding sync between the first and last stage.
+plain data parallelism, ZeRO-1/2 (distributed optimizer) and ZeRO-3/FSDP, PyTorch FSDP's
+copies beside its collectives, the Adam step, and the tied-embedding sync between the first
+and last stage.
 
-Formulas: ``docs/model.md`` §C2.1 (bytes per parameter), §C3.1–§C3.2 (volumes and overlap),
-§C6.3 (the optimizer's memory-bound pass).
+Formulas: ``docs/model.md`` §C2.1 (bytes per parameter), §C3.1–§C3.3 (volumes, overlap, FSDP's
+copies), §C6.3 (the optimizer's memory-bound pass).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from deepflow.config.calibration import Calibration
+from deepflow.config.mapping import KNOB
 from deepflow.oracle.workloads.transformer.columns import FULL_RECOMPUTE
 from deepflow.oracle.workloads.transformer.layer import (
     Attention,
@@ -20,13 +22,25 @@ from deepflow.oracle.workloads.transformer.layer import (
 )
 from deepflow.oracle.workloads.transformer.shapes import Inputs, params_per_layer, recomputed_share
 
-__all__ = ["StageParams", "data_parallel_comm", "embedding_sync", "optimizer", "stage_params"]
+__all__ = [
+    "StageParams",
+    "data_parallel_comm",
+    "embedding_sync",
+    "fsdp_copies",
+    "optimizer",
+    "stage_params",
+]
 
 #: Adam step bytes per locally optimised parameter: read 16 B, write 14 B (§C6.3).
 _ADAM_BYTES = 30.0
 _ADAM_FLOPS = 11.0  # Calculon: 11 FLOPs per parameter (§C6.3)
 #: Gradient-norm pass before the step (clipping): read the 4-byte main gradient (§C6.3).
 _GRAD_NORM_BYTES = 4.0
+#: The ``fsdp_implementation`` column's code of each implementation.
+_FSDP = KNOB["fsdp_implementation"].codes
+#: Kernels per FSDP unit (a layer) and micro-batch beside its collectives: FSDP1's gradient
+#: concatenation, cast and pre-divide (FSDP2: a copy-out per all-gather and its copy-in; §C3.3).
+_FSDP_KERNELS_PER_LAYER = 3.0
 
 
 class StageParams(NamedTuple):
@@ -50,7 +64,10 @@ def stage_params(i: Inputs, o: Any) -> StageParams:
     # setup_embeddings_and_output_layer)
     ends = o.where((i.pp == 1) & o.not_(i.tied), 2.0, 1.0)
     stage = stage_layer_params + ends * emb_params / i.tp
-    grad_bytes = o.where(i.zero >= 3, i.p, 4.0)  # fp32 main grads (Megatron), bf16 FSDP (§C2.1)
+    # fp32 main grads (Megatron); FSDP reduce-scatters in 16 bits, or in fp32 where its mixed
+    # precision's reduce_dtype says so (§C2.1, §C3.3)
+    fsdp_grad = o.where(i.x["fsdp_reduce_fp32"] > 0, 4.0, i.p)
+    grad_bytes = o.where(i.zero >= 3, fsdp_grad, 4.0)
     return StageParams(stage=stage, embedding=emb_params, grad_bytes=grad_bytes)
 
 
@@ -194,6 +211,43 @@ def _zero3_deepspeed_2021(
         "reduce_scatter", params.embedding
     )
     return i.m * (i.layers_stage * per_layer + embedding)
+
+
+def fsdp_copies(i: Inputs, o: Any, params: StageParams) -> Any:
+    """Seconds of PyTorch FSDP's memory-bound copies beside its collectives, every micro-batch,
+    over the stage's unsharded parameters (docs/model.md §C3.3), where it shards the gradients
+    (ZeRO-2: FSDP1 ``SHARD_GRAD_OP``, FSDP2 without resharding after the forward) or the
+    parameters too (ZeRO-3); 0 for ``fsdp_implementation`` none (contiguous buffers, a
+    compiled program) and without sharding.
+
+    FSDP1 (``FlatParameter``; torch/distributed/fsdp/_runtime_utils.py
+    ``_post_backward_hook``): autograd assembles the flat gradient from its views' gradients
+    (the backward of ``split``: read and write the 16-bit gradient, 2p), casts it to an fp32
+    reduce dtype where the mixed precision says so (read p, write 4) and pre-divides it in
+    place before the reduce-scatter (read and write, 2r; ``_div_if_needed``, its
+    ``gradient_predivide_factor`` > 1 for any world size > 1). FSDP2 (``fully_shard``;
+    torch/distributed/_composable/fsdp/_fsdp_collectives.py): every all-gather is copied out
+    into the parameters (``split_with_sizes_copy``: read and write the gathered bytes, after
+    the forward's gather and, under ZeRO-3, the backward's re-gather) and the gradients are
+    copied into the reduce-scatter input in the reduce dtype (``_chunk_cat``: read p, write
+    r); it divides in NCCL (``ReduceOp.AVG`` for fp32 and bf16, pytorch/pytorch PRs #120919,
+    #123362), no kernel of its own. The copies run on the compute stream, the cast and pre-divide on
+    FSDP1's high-priority post-backward stream, whose blocks the GPU issues ahead of the
+    backward's: all counted exposed. p: 16-bit; r: the reduce dtype's bytes.
+    """
+    impl = i.x["fsdp_implementation"]
+    p = i.p
+    fp32 = (i.x["fsdp_reduce_fp32"] > 0) & (p < 4.0)
+    r = o.where(fp32, 4.0, p)
+    flat = 2.0 * p + o.where(fp32, p + 4.0, 0.0) + 2.0 * r
+    gathered = o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, p)
+    gathers = o.where(i.zero >= 3, 2.0, 1.0)
+    per_param = gathers * 2.0 * gathered + p + r
+    per_element = o.where(impl == _FSDP["fsdp2"], per_param, flat)
+    kernels = o.where(impl == _FSDP["fsdp2"], gathers + 1.0, _FSDP_KERNELS_PER_LAYER)
+    copies = o.mem(per_element * params.stage, 0.0, kernels * i.layers_stage)
+    sharded = (i.zero >= 2) & (i.dp > 1) & (impl != _FSDP["none"])
+    return o.where(sharded, i.m * copies, 0.0)
 
 
 def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
