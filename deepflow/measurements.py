@@ -352,7 +352,9 @@ def _fsdp(case: dict[str, Any]) -> tuple[str, bool]:
     reduce_dtype=float32)``, April 2024); Composer (llm-foundry) with FSDP1
     (composer/trainer/dist_strategy.py ``prepare_fsdp_module``), whose ``mixed_precision:
     DEFAULT`` reduces in fp32 and ``PURE`` in the 16-bit precision
-    (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``, v0.16.4); a case that
+    (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``, from v0.16.4, October 2023;
+    DEFAULT reduced in the parameters' 16 bits from v0.14 to v0.16.3, but the llm-foundry
+    tables that name it were run with llm-foundry v0.3.0, which requires 0.16.4); a case that
     names FSDP2 (``fully_shard``) or PyTorch's FSDP1 (``FullyShardedDataParallel``) likewise;
     else none."""
     precision = str((case.get("training") or {}).get("precision") or "").lower()
