@@ -38,9 +38,6 @@ _ADAM_FLOPS = 11.0  # Calculon: 11 FLOPs per parameter (§C6.3)
 _GRAD_NORM_BYTES = 4.0
 #: The ``fsdp_implementation`` column's code of each implementation.
 _FSDP = KNOB["fsdp_implementation"].codes
-#: Kernels per FSDP unit (a layer) and micro-batch beside its collectives: FSDP1's gradient
-#: concatenation, cast and pre-divide (FSDP2: a copy-out per all-gather and its copy-in; §C3.3).
-_FSDP_KERNELS_PER_LAYER = 3.0
 
 
 class StageParams(NamedTuple):
@@ -231,20 +228,23 @@ def fsdp_copies(i: Inputs, o: Any, params: StageParams) -> Any:
     the forward's gather and, under ZeRO-3, the backward's re-gather) and the gradients are
     copied into the reduce-scatter input in the reduce dtype (``_chunk_cat``: read p, write
     r); it divides in NCCL (``ReduceOp.AVG`` for fp32 and bf16, pytorch/pytorch PRs #120919,
-    #123362), no kernel of its own. The copies run on the compute stream, the cast and pre-divide on
-    FSDP1's high-priority post-backward stream, whose blocks the GPU issues ahead of the
-    backward's: all counted exposed. p: 16-bit; r: the reduce dtype's bytes.
+    #123362), no kernel of its own. The copies run on the compute stream, FSDP1's cast and
+    pre-divide on its high-priority post-backward stream, whose blocks the GPU issues ahead of
+    the backward's: all counted exposed, one kernel each per layer. p: 16-bit; r: the reduce
+    dtype's bytes.
     """
     impl = i.x["fsdp_implementation"]
     p = i.p
     fp32 = (i.x["fsdp_reduce_fp32"] > 0) & (p < 4.0)
     r = o.where(fp32, 4.0, p)
-    flat = 2.0 * p + o.where(fp32, p + 4.0, 0.0) + 2.0 * r
+    cast = o.where(fp32, 1.0, 0.0)
+    flat = 2.0 * p + cast * (p + 4.0) + 2.0 * r
     gathered = o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, p)
     gathers = o.where(i.zero >= 3, 2.0, 1.0)
     per_param = gathers * 2.0 * gathered + p + r
-    per_element = o.where(impl == _FSDP["fsdp2"], per_param, flat)
-    kernels = o.where(impl == _FSDP["fsdp2"], gathers + 1.0, _FSDP_KERNELS_PER_LAYER)
+    fsdp2 = impl == _FSDP["fsdp2"]
+    per_element = o.where(fsdp2, per_param, flat)
+    kernels = o.where(fsdp2, gathers + 1.0, 2.0 + cast)  # copy-outs + copy-in; cat, cast, divide
     copies = o.mem(per_element * params.stage, 0.0, kernels * i.layers_stage)
     sharded = (i.zero >= 2) & (i.dp > 1) & (impl != _FSDP["none"])
     return o.where(sharded, i.m * copies, 0.0)
