@@ -244,8 +244,7 @@ def score_serving_gemm_cases(
     stated); a DeepGEMM case by that kernel (:func:`serving_gemm_case_time_s`). ``override``:
     family -> DeviceCaps fields (``grouped_gemm_efficiency``, ``gemm_overlap_exponent``,
     ``gemm_overlap_exponent_dense``, ``gemm_pipeline_round_trip_s``) to score with instead of
-    the calibration's (the fit,
-    ``benchmarks/fit_moe_gemm.py``)."""
+    the calibration's (the fit, ``benchmarks/fit_moe_gemm.py``)."""
     rows = []
     for case in serving_gemm_microbenchmarks() if cases is None else cases:
         caps = gemm_case_caps(case)

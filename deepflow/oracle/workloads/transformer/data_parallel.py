@@ -235,9 +235,8 @@ def fsdp_copies(i: Inputs, o: Any, params: StageParams) -> Any:
     """
     impl = i.x["fsdp_implementation"]
     p = i.p
-    fp32 = (i.x["fsdp_reduce_fp32"] > 0) & (p < 4.0)
-    r = o.where(fp32, 4.0, p)
-    cast = o.where(fp32, 1.0, 0.0)
+    r = o.where(i.x["fsdp_reduce_fp32"] > 0, 4.0, p)
+    cast = o.where(r > p, 1.0, 0.0)
     flat = 2.0 * p + cast * (p + 4.0) + 2.0 * r
     gathered = o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, p)
     gathers = o.where(i.zero >= 3, 2.0, 1.0)
