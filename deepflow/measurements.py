@@ -91,6 +91,7 @@ ACCELERATORS: tuple[tuple[str, str, str], ...] = (
 _CLASSIC = {"p2p_overlap": False, "fp32_main_grads": True, "fp8_weight_cache": True,
             "tp_async_backward": True, "master_weights": "fp32", "recorded_tp_gradients": False,
             "attention_kernel": "fa2", "fp8_params": False, "gradient_buffers": "main",
+            "grad_accumulation": "fused",
             "fused_swiglu": True, "fused_norm": True, "fused_rotary": True,
             "fp8_recipe": "tensorwise", "pipeline_balance": "layers"}  # fmt: skip
 FRAMEWORKS: dict[str, dict[str, Any]] = {
@@ -329,6 +330,12 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "tp_async_backward": "torchtitan" not in text,
             "cross_entropy": _cross_entropy(text, date),
             "gradient_buffers": "fp32_accumulator" if fp32_accumulator else "main",
+            # gradients summed into fp32 buffers by a kernel of their own every micro-batch:
+            # nanotron's accumulator hooks, or where the text says so (the Llama 3 paper's "FP32
+            # gradient accumulation during backward computation over multiple micro-batches",
+            # §3.3.2); Megatron's fp32 main_grad accumulates inside the wgrad GEMM
+            "grad_accumulation": "unfused_fp32" if fp32_accumulator or re.search(
+                r"fp32 gradient accumulation|gradient accumulation in fp32", text) else "fused",
             "pipeline_balance": _pipeline_balance(text, nanotron),
             # nanotron's MLP runs GLUActivation (act(gate) * up) unfused in eager PyTorch
             # (src/nanotron/models/llama.py); torchtitan without torch.compile runs its block in
@@ -997,6 +1004,7 @@ def training_case_scenario(case: dict[str, Any]) -> Any:
             "fsdp_reduce_fp32": fsdp_fp32,
             "fp32_main_grads": flags["fp32_main_grads"],
             "gradient_buffers": flags["gradient_buffers"],
+            "grad_accumulation": flags["grad_accumulation"],
             "pipeline_balance": flags["pipeline_balance"],
             "fused_swiglu": flags["fused_swiglu"],
             "fused_norm": flags["fused_norm"],

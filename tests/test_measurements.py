@@ -619,6 +619,27 @@ def test_fsdp_implementation_and_reduce_dtype_from_the_framework(
     assert (m.fsdp_implementation, m.fsdp_reduce_fp32) == expected
 
 
+@pytest.mark.parametrize(
+    ("framework_text", "techniques", "expected"),
+    [
+        # the Llama 3 paper §3.3.2: "FP32 gradient accumulation during backward computation
+        # over multiple micro-batches" (docs/model.md §C6.3)
+        ("Meta internal trainer (FSDP + TP + PP), PyTorch",
+         "FP32 gradient accumulation during backward computation over multiple micro-batches",
+         "unfused_fp32"),
+        ("nanotron", None, "unfused_fp32"),  # its FP32GradientAccumulator's hooks
+        # Megatron's fp32 main_grad accumulates inside the weight-gradient GEMM
+        ("Megatron-LM", "--accumulate-allreduce-grads-in-fp32", "fused"),
+        ("torchtitan", None, "fused"),
+    ],
+)  # fmt: skip
+def test_unfused_fp32_grad_accumulation_where_the_text_says_so(
+    framework_text: str, techniques: str | None, expected: str
+) -> None:
+    case = _titan(framework=framework_text, techniques=techniques)
+    assert training_case_scenario(case).mapping.grad_accumulation == expected
+
+
 def test_software_date_from_versions_and_source() -> None:
     assert software_date(_titan(framework_version="torch 2.9.0.dev20250815+cu128")) == (2025, 8)
     assert software_date(_titan(framework_version="torch 2.7.0a0+gitb98af95")) == (2025, 3)
@@ -1029,6 +1050,29 @@ def test_the_dense_overlap_exponent_is_fitted_to_the_dense_gemms_without_block_s
     hopper = current_calibration().kernel("hopper")
     assert fit._fit_dense(dense) == pytest.approx(hopper.gemm_overlap_exponent_dense, abs=1e-9)
     assert hopper.gemm_overlap_exponent_dense > hopper.gemm_overlap_exponent
+
+
+def test_gb300_runs_cudnn_attention_faster_than_its_family_by_its_measured_ratio() -> None:
+    """Blackwell Ultra's doubled exponential rate: GB300's cuDNN attention over GB200's on one
+    cuDNN release (configs/devices/gb300.yaml); the other kernels and devices keep the
+    family's rate."""
+    from deepflow.config import load_device
+    from deepflow.config.calibration import current_calibration
+    from deepflow.oracle.hardware import device_caps
+
+    family = current_calibration().kernel("blackwell")
+    gb300 = load_device("gb300")
+    caps = device_caps(gb300, "bf16")
+    ratio = gb300.attention_speedup["cudnn"]
+    assert 1.1 < ratio < 1.25
+    assert caps.attention_efficiency_cudnn == pytest.approx(
+        family.attention_efficiency_cudnn * ratio, rel=1e-12
+    )
+    assert caps.attention_efficiency == family.attention_efficiency
+    for other in ("gb200", "b200"):
+        assert device_caps(load_device(other), "bf16").attention_efficiency_cudnn == (
+            family.attention_efficiency_cudnn
+        )
 
 
 def test_a_device_with_its_own_matmul_benchmark_holds_its_own_efficiency() -> None:

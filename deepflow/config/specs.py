@@ -100,6 +100,13 @@ MASTER_WEIGHTS_MODES = ("fp32", "remainders")
 #: parameter besides the 16-bit ``.grad`` autograd writes each backward and, with data
 #: parallelism, PyTorch DDP's 16-bit buckets.
 GRADIENT_BUFFER_MODES = ("main", "fp32_accumulator")
+#: How a 16-bit model's weight gradients join the step's sum over micro-batches (docs/model.md
+#: §C6.3): in the weight-gradient GEMM itself (Megatron's ``gradient_accumulation_fusion``
+#: into ``main_grad``; a single micro-batch's gradient as written), or in a kernel of its own
+#: every micro-batch that adds the 16-bit gradient autograd wrote into an fp32 buffer (the
+#: Llama 3 paper's "FP32 gradient accumulation during backward computation over multiple
+#: micro-batches", §3.3.2; nanotron's ``FP32GradientAccumulator`` hooks).
+GRAD_ACCUMULATION_MODES = ("fused", "unfused_fp32")
 #: Which implementation shards the parameters under ZeRO-3 (docs/model.md §C3.3), for the
 #: memory-bound copies it makes beside its collectives every micro-batch: none (Megatron-Core's
 #: and DeepSpeed's contiguous buffers, XLA's compiled program), PyTorch's FSDP1
@@ -184,6 +191,12 @@ class DeviceSpec:
         "gemm_efficiency", gt=0, le=1, keys=PEAK_PRECISIONS, default={},
         doc="achieved/peak of large GEMMs measured on this device (its own matmul "
             "microbenchmark, fitted by benchmarks/fit_gemm.py); absent: the family's",
+    )  # fmt: skip
+    attention_speedup: Mapping[str, float] = key(
+        "attention_speedup", gt=0, keys=ATTENTION_KERNELS, default={},
+        doc="a fused attention kernel's rate on this device over its family's calibrated "
+            "rate, measured with both on one software release (docs/model.md §C6.2); "
+            "absent: 1",
     )  # fmt: skip
 
     @property
@@ -564,6 +577,15 @@ class MappingSpec:
         choices=GRADIENT_BUFFER_MODES,
         default="main",
         doc="gradients accumulate in the main buffer, or nanotron's fp32 accumulator",
+    )
+    grad_accumulation: str = knob(
+        "grad_accumulation",
+        workloads=_LLM,
+        framework=True,
+        choices=GRAD_ACCUMULATION_MODES,
+        default="fused",
+        doc="gradients summed over micro-batches in the weight-gradient GEMM, or by a "
+        "kernel of their own into fp32 buffers every micro-batch",
     )
     pipeline_balance: str = knob(
         "pipeline_balance",

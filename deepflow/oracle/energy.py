@@ -38,7 +38,7 @@ __all__ = ["ENERGY_PARTS", "derived_energies", "ops_energy_J", "spec_energies"]
 #: Parts of the per-operation energy, in the order of ``energy_ops_<part>_J``.
 ENERGY_PARTS = ("compute", "register_file", "l1", "l2", "hbm", "scale_up", "scale_out", "static")
 #: Breakdown parts that stream from HBM (memory-bound kernels).
-_STREAMING = ("elementwise", "fsdp_copies", "optimizer", "weight_update")
+_STREAMING = ("elementwise", "fsdp_copies", "grad_accumulation", "optimizer", "weight_update")
 #: Breakdown parts that are communication; those in _SCALE_OUT go over scale-out links when
 #: the system has several nodes.
 _COMM_WORDS = ("comm", "sync", "p2p")

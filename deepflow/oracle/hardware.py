@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from deepflow.config.calibration import Calibration, KernelCalibration, current_calibration
 from deepflow.config.specs import (
     AREA_PARTS,
+    ATTENTION_KERNELS,
     PEAK_PRECISIONS,
     PERIMETER_PARTS,
     POWER_PARTS,
@@ -558,6 +559,12 @@ class DeviceCaps:
                 self.attention_efficiency_triton)  # fmt: skip
 
 
+#: The DeviceCaps field of each fused attention kernel (``attention_kernel``'s choices).
+_ATTENTION_FIELDS = {
+    kernel: "attention_efficiency" if kernel == "fa2" else f"attention_efficiency_{kernel}"
+    for kernel in ATTENTION_KERNELS
+}
+
 # DRAM access latency without a better source (docs/model.md §B2.3, [DF-CFG] 100 ns).
 _SPEC_HBM_LATENCY_s = 100e-9
 
@@ -715,6 +722,10 @@ def device_caps(
     own = device_gemm_efficiency(device, precision)
     if own is not None:  # the device's own matmul microbenchmark, not its family's
         common["gemm_efficiency"] = own
+    for kernel, factor in (getattr(device, "attention_speedup", None) or {}).items():
+        # the device's attention over its family's, both measured on one software release
+        field = _ATTENTION_FIELDS[kernel]
+        common[field] = min(common[field] * factor, 1.0)
     if isinstance(device, DesignDeviceSpec):
         derived = derived_caps_fields(derive_one(device), precision)
         scalars: dict[str, Any] = {k: float(v) for k, v in derived.items()}

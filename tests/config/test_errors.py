@@ -172,6 +172,17 @@ CASES: list[tuple[str, Any, str]] = [
         "Valid keys: {device_keys}.",
     ),
     (
+        "unknown attention kernel in a device's attention speed-up",
+        scenario(system__device={"base": "a100-sxm4-80gb", "attention_speedup": {"cudnnn": 1.1}}),
+        "unknown key 'system.device.attention_speedup.cudnnn'; did you mean 'cudnn'? "
+        "Valid keys: cudnn, fa2, fa3, triton, trtllm.",
+    ),
+    (
+        "non-positive attention speed-up",
+        scenario(system__device={"base": "a100-sxm4-80gb", "attention_speedup": {"cudnn": 0}}),
+        "system.device.attention_speedup.cudnn must be a number > 0; got 0.",
+    ),
+    (
         "mapping section that is a list",
         scenario(mapping=[1, 2]),
         "mapping must be a mapping; got a list.",

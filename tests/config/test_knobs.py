@@ -130,6 +130,7 @@ SPACE = {
         "overlap_grad_reduce": {"type": "categorical", "choices": [False, True]},
         "fsdp_implementation": {"type": "categorical", "choices": ["none", "fsdp1", "fsdp2"]},
         "fsdp_reduce_fp32": {"type": "categorical", "choices": [False, True]},
+        "grad_accumulation": {"type": "categorical", "choices": ["fused", "unfused_fp32"]},
         "rank_order": {"type": "categorical", "choices": ["tp-cp-dp-pp", "dp-tp-cp-pp"]},
         "grid_axes": {"type": "categorical", "choices": ["xyz", "yxz"]},
     },

@@ -375,6 +375,46 @@ def test_fsdp_copies_recur_every_micro_batch() -> None:
     assert copies(twice) == pytest.approx(2 * copies(once), rel=1e-12)
 
 
+def test_unfused_fp32_grad_accumulation_moves_its_bytes_every_micro_batch() -> None:
+    # docs/model.md §C6.3: every micro-batch read the 16-bit gradient (p = 2) and read and
+    # write the fp32 sum (8): 10 bytes per local parameter, the shard under ZeRO-3; one kernel
+    # per weight of a layer (QKV, projection, the MLP's 2 or 3 matrices, two norms)
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from deepflow.oracle.workloads.transformer.data_parallel import grad_accumulation
+    from deepflow.oracle.workloads.transformer.ops import ArrayOps
+
+    class Bytes(ArrayOps):
+        @staticmethod
+        def mem(nbytes: object, flops: object = 0.0, launches: object = 1.0) -> object:
+            return np.asarray([nbytes, launches], dtype=float)
+
+    def moved(mode: str, zero: int = 2, m: float = 1.0, mats: float = 3.0) -> tuple[float, float]:
+        x = {"grad_accumulation": float(("fused", "unfused_fp32").index(mode))}
+        i = SimpleNamespace(x=x, p=2.0, zero=zero, dp=8.0, m=m, mats=mats, layers_stage=4.0)
+        out = grad_accumulation(i, Bytes, SimpleNamespace(stage=8.0))  # type: ignore[arg-type]
+        return float(out[0]), float(out[1])
+
+    assert moved("unfused_fp32") == (80.0, 7 * 4)
+    assert moved("unfused_fp32", mats=2.0) == (80.0, 6 * 4)
+    assert moved("unfused_fp32", zero=3) == (10.0, 7 * 4)  # the reduce-scattered shard
+    assert moved("unfused_fp32", m=3.0) == (240.0, 3 * 7 * 4)  # every micro-batch
+    assert moved("fused") == (0.0, 0.0)  # in the weight-gradient GEMM
+
+
+def test_unfused_grad_accumulation_lengthens_the_step_by_its_own_part() -> None:
+    fused = evaluate_one(llama())
+    unfused = evaluate_one(llama(grad_accumulation="unfused_fp32"))
+    part = float(unfused["breakdown_s"]["grad_accumulation"])
+    assert float(fused["breakdown_s"]["grad_accumulation"]) == 0.0
+    assert part > 0.0
+    assert float(unfused["step_time_s"]) == pytest.approx(float(fused["step_time_s"]) + part)
+    # a streaming part: its bytes cost HBM energy
+    assert float(unfused["energy_per_step_ops_J"]) > float(fused["energy_per_step_ops_J"])
+
+
 def test_an_fp32_fsdp_reduce_scatters_twice_the_bytes() -> None:
     # the reduce-scatter of the last layer unit stays exposed (§C3.2): fp32 gradients make it
     # longer than 16-bit ones

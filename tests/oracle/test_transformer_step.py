@@ -60,6 +60,7 @@ def _rows(s: Scenario, count: int, **override: float) -> dict[str, np.ndarray]:
         ("gpt3", {"tp_comm_overlap": 1.0, "overlap_grad_reduce": 1.0}),
         ("llama", {"fsdp_implementation": 1.0, "fsdp_reduce_fp32": 1.0}),  # FSDP1's copies
         ("llama", {"fsdp_implementation": 2.0}),  # FSDP2's
+        ("llama", {"grad_accumulation": 1.0}),  # fp32 sums outside the GEMM
     ],
 )
 def test_scalar_path_equals_the_batched_path(name: str, override: dict[str, float]) -> None:

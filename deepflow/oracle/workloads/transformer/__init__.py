@@ -187,6 +187,7 @@ def compose(
         i, o, params, layer, calibration, (gemms, attn, elem)
     )
     breakdown["fsdp_copies"] = dpm.fsdp_copies(i, o, params)
+    breakdown["grad_accumulation"] = dpm.grad_accumulation(i, o, params)
     breakdown["optimizer"] = dpm.optimizer(i, o, params)
     breakdown["embedding_sync"] = dpm.embedding_sync(i, o, params)
     mem = memory(i, o, params, calibration.memory_of(caps.family))

@@ -27,6 +27,7 @@ __all__ = [
     "data_parallel_comm",
     "embedding_sync",
     "fsdp_copies",
+    "grad_accumulation",
     "optimizer",
     "stage_params",
 ]
@@ -38,6 +39,11 @@ _ADAM_FLOPS = 11.0  # Calculon: 11 FLOPs per parameter (§C6.3)
 _GRAD_NORM_BYTES = 4.0
 #: The ``fsdp_implementation`` column's code of each implementation.
 _FSDP = KNOB["fsdp_implementation"].codes
+#: The ``grad_accumulation`` column's code of the unfused fp32 accumulation.
+_UNFUSED_FP32 = KNOB["grad_accumulation"].codes["unfused_fp32"]
+#: Bytes of the unfused fp32 accumulation per gradient element beside the 16-bit gradient it
+#: reads: read and write the fp32 sum (§C6.3).
+_FP32_SUM_BYTES = 8.0
 
 
 class StageParams(NamedTuple):
@@ -247,6 +253,19 @@ def fsdp_copies(i: Inputs, o: Any, params: StageParams) -> Any:
     copies = o.mem(per_element * params.stage, 0.0, kernels * i.layers_stage)
     sharded = (i.zero >= 2) & (i.dp > 1) & (impl != _FSDP["none"])
     return o.where(sharded, i.m * copies, 0.0)
+
+
+def grad_accumulation(i: Inputs, o: Any, params: StageParams) -> Any:
+    """Seconds of summing the weight gradients over the step's micro-batches outside the
+    weight-gradient GEMM (docs/model.md §C6.3): every micro-batch a kernel per weight reads the
+    16-bit gradient autograd wrote (p) and adds it into an fp32 buffer (read and write, 8 B)
+    over the stage's parameters, or their shard where ZeRO-3 reduce-scatters each micro-batch's
+    gradients. 0 where the GEMM accumulates itself (``grad_accumulation: fused``)."""
+    local = o.where(i.zero >= 3, params.stage / o.maximum(i.dp, 1.0), params.stage)
+    # one kernel per weight of a layer: QKV, the projection, the MLP's matrices, two norms
+    kernels = (i.mats + 4.0) * i.layers_stage
+    summed = o.mem((i.p + _FP32_SUM_BYTES) * local, local, kernels)
+    return o.where(i.x["grad_accumulation"] == _UNFUSED_FP32, i.m * summed, 0.0)
 
 
 def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
