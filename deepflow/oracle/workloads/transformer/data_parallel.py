@@ -1,10 +1,10 @@
 """Data parallelism and the optimizer: a stage's parameters, gradient synchronisation under
 plain data parallelism, ZeRO-1/2 (distributed optimizer) and ZeRO-3/FSDP, PyTorch FSDP's
-copies beside its collectives, the Adam step, and the tied-embedding sync between the first
-and last stage.
+copies beside its collectives, gradient accumulation outside the weight-gradient GEMM, the
+Adam step, and the tied-embedding sync between the first and last stage.
 
 Formulas: ``docs/model.md`` §C2.1 (bytes per parameter), §C3.1–§C3.3 (volumes, overlap, FSDP's
-copies), §C6.3 (the optimizer's memory-bound pass).
+copies), §C6.3 (the accumulation's and the optimizer's memory-bound passes).
 """
 
 from __future__ import annotations
