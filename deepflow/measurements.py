@@ -609,8 +609,12 @@ def zero_stage(case: dict[str, Any]) -> int:
 
 def _recompute(text: object, zero: int, framework_text: str = "") -> str:
     """The recompute mode; torchtitan's "selective" is per-op checkpointing (its shipped
-    Llama configs set ``selective_ac_option = "op"``)."""
+    Llama configs set ``selective_ac_option = "op"``); MaxText's ``remat_policy: minimal`` is
+    JAX's ``checkpoint_dots_with_no_batch_dims`` (MaxText/layers/models.py), which keeps the
+    weight matmuls' outputs (``selective_dots``)."""
     value = str(text or "").lower()
+    if re.search(r"remat_policy\W{0,3}minimal|checkpoint_dots", value):
+        return "selective_dots"
     if value.startswith("selective"):
         op = re.search(r"\bop\b|per[- ]op", value) or "torchtitan" in framework_text
         return "selective_op" if op else "selective"

@@ -619,6 +619,17 @@ def test_fsdp_implementation_and_reduce_dtype_from_the_framework(
     assert (m.fsdp_implementation, m.fsdp_reduce_fp32) == expected
 
 
+def test_maxtext_minimal_remat_keeps_the_weight_matmuls_outputs() -> None:
+    # MaxText/layers/models.py: remat_policy 'minimal' is JAX's
+    # checkpoint_dots_with_no_batch_dims (docs/model.md §C2.2)
+    case = _titan(framework="MaxText (JAX/XLA on TPU)",
+                  activation_recompute="selective (MaxText remat_policy 'minimal')")  # fmt: skip
+    assert training_case_scenario(case).mapping.activation_recompute == "selective_dots"
+    case = _titan(framework="MaxText (JAX/XLA on TPU)",
+                  activation_recompute="full (MaxText remat_policy 'full')")  # fmt: skip
+    assert training_case_scenario(case).mapping.activation_recompute == "full"
+
+
 @pytest.mark.parametrize(
     ("framework_text", "techniques", "expected"),
     [

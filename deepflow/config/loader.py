@@ -631,7 +631,15 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
             "('trtllm') is TensorRT-LLM's serving kernel, a forward pass only; training takes "
             "fa2, cudnn, fa3 or triton."
         )
-    values = {d: getattr(m, d) for d in (*STRUCTURAL, "pipeline_balance", "expert_tensor_parallel")}
+    values = {
+        d: getattr(m, d)
+        for d in (
+            *STRUCTURAL,
+            "pipeline_balance",
+            "expert_tensor_parallel",
+            "data_parallel_replicas",
+        )
+    }
     broken = first_violation(values, model, serving=wl.kind == "inference")
     if broken is not None:
         key_name, message = broken

@@ -175,6 +175,10 @@ RULES: tuple[Rule, ...] = (
          lambda v, m: (v["expert_parallel"] == 1) | (m.num_experts % v["expert_parallel"] == 0),
          lambda v, m: f"({v['expert_parallel']}) must divide the model's num_experts "
                       f"({m.num_experts})."),
+    Rule("data_parallel_replicas", ("data_parallel",),
+         lambda v, m: v["data_parallel"] % _replicas(v) == 0,
+         lambda v, m: f"({_replicas(v)}) must divide data_parallel ({v['data_parallel']}): "
+                      "each replica shards over the same number of data-parallel ranks."),
     _EP_DIVIDES_DP,
     Rule("expert_tensor_parallel", ("tensor_parallel",),
          lambda v, m: (_etp(v) == 0) | (_etp(v) == v["tensor_parallel"]),
@@ -182,6 +186,11 @@ RULES: tuple[Rule, ...] = (
                       "training: the model splits each expert as the dense layers (an expert "
                       "tensor-parallel degree of its own is modelled for serving only)."),
 )  # fmt: skip
+
+
+def _replicas(v: Mapping[str, Any]) -> Any:
+    """The mapping's ``data_parallel_replicas`` (1: no hybrid sharding)."""
+    return v.get("data_parallel_replicas", 1)
 
 
 def _etp(v: Mapping[str, Any]) -> Any:

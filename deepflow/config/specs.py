@@ -83,8 +83,11 @@ TOPOLOGIES = ("switch", "fat-tree", "ring", "torus-2d", "torus-3d", "mesh-2d")
 FFN_ACTIVATIONS = ("gelu", "swiglu")
 #: Activation recompute: none; Megatron's selective (the attention core); full (the layer
 #: input only); selective_op, PyTorch's per-op selective checkpointing as torchtitan applies
-#: it (keeps attention and every second matmul's output; docs/model.md §C2.2).
-RECOMPUTE_MODES = ("none", "selective", "full", "selective_op")
+#: it (keeps attention and every second matmul's output; docs/model.md §C2.2); selective_dots,
+#: JAX's ``checkpoint_dots_with_no_batch_dims`` as MaxText's ``remat_policy: minimal`` applies
+#: it (keeps every weight matmul's output, recomputes the attention core and the elementwise
+#: operations).
+RECOMPUTE_MODES = ("none", "selective", "full", "selective_op", "selective_dots")
 #: How the loss is computed over the logits (docs/model.md §C2.4): Megatron's vocab-parallel
 #: cross-entropy (fp32 softmax in place), PyTorch's unfused log_softmax + nll_loss on an fp32
 #: copy, a fused kernel that writes the gradient into the 16-bit logits, or the vocab-parallel
@@ -433,6 +436,16 @@ class MappingSpec:
         "tensor_parallel (serving only) splits each expert over the ranks of that many / "
         "tensor_parallel data-parallel replicas, whose tokens are gathered (attention data "
         "parallelism with tensor-parallel experts)",
+    )
+    data_parallel_replicas: int = knob(
+        "data_parallel_replicas",
+        workloads=_LLM,
+        ge=1,
+        default=1,
+        doc="hybrid sharding (HSDP; MaxText's ICI FSDP x DCN data parallelism): the "
+        "data-parallel ranks form this many replicas, each sharding the model states over "
+        "data_parallel / data_parallel_replicas contiguous ranks; the replicas all-reduce "
+        "the sharded gradients (docs/model.md §C3.2)",
     )
     micro_batch_size: int = knob("micro_batch_size", workloads=_LLM, ge=1, default=1)
     virtual_pipeline_stages: int = knob("virtual_pipeline_stages", workloads=_LLM, ge=1, default=1)

@@ -646,6 +646,11 @@ def _check_combinations(space: DesignSpace, top: Ctx) -> None:
                 "cannot vary: which expert-parallel degrees are valid depends on it; set it in "
                 "base.mapping (one space per expert layout)."
             )
+        if name == "data_parallel_replicas":
+            raise vctx.child(name).error(
+                "cannot vary: which data-parallel degrees are valid depends on it; set it in "
+                "base.mapping (one space per hybrid-sharding layout)."
+            )
         if section == "mapping" and space.base_is_serving and name not in SERVING_MAPPING:
             raise vctx.child(name).error(
                 f"is not read by the serving model (workload.kind: inference varies "
@@ -710,12 +715,17 @@ def valid_mappings(
     num_devices: int, model: TransformerSpec, batch: int,
     candidates: Mapping[str, tuple[int, ...] | None], *, serving: bool = False,
     pipeline_balance: str = "layers", expert_tensor_parallel: int = 0,
+    data_parallel_replicas: int = 1,
 ) -> I64:  # fmt: skip
     """Every valid combination of the structural degrees (rows in :data:`STRUCTURAL` order),
     by the mapping rules the scenario loader applies (:mod:`deepflow.config.mapping`; a
     serving space's by the serving rules), with the base mapping's pipeline split and expert
-    tensor parallelism."""
-    fixed = {"pipeline_balance": pipeline_balance, "expert_tensor_parallel": expert_tensor_parallel}
+    tensor parallelism and hybrid-sharding replicas."""
+    fixed = {
+        "pipeline_balance": pipeline_balance,
+        "expert_tensor_parallel": expert_tensor_parallel,
+        "data_parallel_replicas": data_parallel_replicas,
+    }
     return mapping_rules.valid_mappings(num_devices, model, batch, candidates, serving=serving,
                                         fixed=fixed)  # fmt: skip
 
@@ -751,7 +761,8 @@ def _mapping_tables(space: DesignSpace, top: Ctx) -> None:
         table = valid_mappings(n, model, int(batch), space.candidates,
                                serving=space.base_is_serving,
                                pipeline_balance=space.base.mapping.pipeline_balance,
-                               expert_tensor_parallel=m.expert_tensor_parallel)  # fmt: skip
+                               expert_tensor_parallel=m.expert_tensor_parallel,
+                               data_parallel_replicas=m.data_parallel_replicas)  # fmt: skip
         if not len(table):
             raise top.child("variables").error(
                 f"admit no valid mapping for {n} devices, model {model.name}, global_batch_size "

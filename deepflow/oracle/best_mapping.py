@@ -106,6 +106,7 @@ def _picks(scenario: Scenario) -> tuple[NDArray[np.int64], F]:
         fixed={
             "pipeline_balance": base.pipeline_balance,
             "expert_tensor_parallel": base.expert_tensor_parallel,
+            "data_parallel_replicas": base.data_parallel_replicas,
         },
     )
     # Equivalent choices are enumerated once: with fused attention selective recompute

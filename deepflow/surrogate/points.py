@@ -297,8 +297,14 @@ def _check_mappings(rows: Sequence[Mapping[str, Any]], model: Any, top: Ctx) -> 
             )
         balance = value(row, "pipeline_balance", base.mapping.pipeline_balance)
         etp = value(row, "expert_tensor_parallel", base.mapping.expert_tensor_parallel)
+        replicas = value(row, "data_parallel_replicas", base.mapping.data_parallel_replicas)
         broken = first_violation(
-            {**degrees, "pipeline_balance": balance, "expert_tensor_parallel": int(etp)},
+            {
+                **degrees,
+                "pipeline_balance": balance,
+                "expert_tensor_parallel": int(etp),
+                "data_parallel_replicas": int(replicas),
+            },
             spec,
             serving=space.base_is_serving,
         )

@@ -46,7 +46,8 @@ def test_the_table_is_mapping_spec() -> None:
         assert k.type == {"int": "int", "bool": "bool", "str": "choice"}[str(f.type)]
     # a choice's named values are codes 0, 1, 2, ... in declaration order
     assert KNOB["activation_recompute"].codes == {"none": 0.0, "selective": 1.0, "full": 2.0,
-                                                  "selective_op": 3.0}  # fmt: skip
+                                                  "selective_op": 3.0,
+                                                  "selective_dots": 4.0}  # fmt: skip
     assert RECOMPUTE_CODES == KNOB["activation_recompute"].codes
     assert KNOB["activation_recompute"].column == "recompute"
     assert KNOB["kernel_partition"].codes == {"rc": 0.0, "cr": 1.0}
@@ -102,7 +103,7 @@ SPACE = {
         "sequence_parallel": {"type": "categorical", "choices": [False, True]},
         "activation_recompute": {
             "type": "categorical",
-            "choices": ["full", "none", "selective", "selective_op"],
+            "choices": ["full", "none", "selective", "selective_op", "selective_dots"],
         },
         "fp32_main_grads": {"type": "categorical", "choices": [False, True]},
         "fp8_weight_cache": {"type": "categorical", "choices": [False, True]},
@@ -147,8 +148,9 @@ def test_a_knobs_label_input_comes_from_the_table() -> None:
     xs = decode_x(space, u)
     scenarios = point_scenarios(space, u)
     varied = [k for k in TRANSFORMER if f"x_{k.name}" in xs]
-    # a space cannot vary expert_tensor_parallel: the valid degrees depend on it
-    fixed = {*STRUCTURAL, "expert_tensor_parallel"}
+    # a space cannot vary expert_tensor_parallel or data_parallel_replicas: the valid degrees
+    # depend on them
+    fixed = {*STRUCTURAL, "expert_tensor_parallel", "data_parallel_replicas"}
     assert {k.name for k in TRANSFORMER} - {k.name for k in varied} <= fixed
     for k in varied:
         x = xs[f"x_{k.name}"]
@@ -165,8 +167,9 @@ def test_a_knobs_best_mapping_entry_comes_from_the_table() -> None:
     # dense model, short sequence; a switched network has no axes to order
     fixed_by_model = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "grid_axes")
     # not searched: the oracle charges no time for offload copies (they overlap compute), so
-    # a search would always offload; partial recompute is the scenario's choice
-    as_set = ("recompute_num_layers", "activation_offload_layers")
+    # a search would always offload; partial recompute and hybrid-sharding replicas are the
+    # scenario's choice (the valid data-parallel degrees depend on the replicas)
+    as_set = ("recompute_num_layers", "activation_offload_layers", "data_parallel_replicas")
     for k in TRANSFORMER:  # framework switches stay as the scenario sets them
         if k.framework or k.name in as_set:
             assert set(columns[k.column]) == {k.encode(getattr(scenario.mapping, k.name))}

@@ -175,3 +175,33 @@ def test_a_scenario_and_a_space_name_the_expert_tensor_parallel_they_cannot_take
         "space.yaml: variables.expert_tensor_parallel cannot vary: which expert-parallel "
         "degrees are valid depends on it; set it in base.mapping (one space per expert layout)."
     )
+
+
+def test_a_scenario_and_a_space_name_the_hybrid_sharding_replicas_they_cannot_take(
+    write_yaml: Callable[..., Path],
+) -> None:
+    mapping = {"data_parallel": 8, "zero_stage": 3, "data_parallel_replicas": 3}
+    raw = {"workload": {"model": "llama3-8b", "global_batch_size": 64, "precision": "bf16"},
+           "system": {"device": "h100-sxm5-80gb", "network": "dgx-h100", "devices_per_node": 8},
+           "mapping": mapping}  # fmt: skip
+    path = write_yaml(raw)
+    with pytest.raises(ConfigError) as err:
+        load_scenario(path)
+    assert str(err.value) == (
+        f"{path}: mapping.data_parallel_replicas (3) must divide data_parallel (8): each "
+        "replica shards over the same number of data-parallel ranks."
+    )
+    raw["mapping"]["data_parallel_replicas"] = 2
+    assert load_scenario(write_yaml(raw)).mapping.data_parallel_replicas == 2
+    from deepflow.datasets.space import space_from_text
+
+    space = {"description": "t", "base": raw, "sampler": "sobol",
+             "variables": {"data_parallel_replicas": {"type": "categorical",
+                                                      "choices": [1, 2]}}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        space_from_text(yaml.safe_dump(space), file="space.yaml")
+    assert str(err.value) == (
+        "space.yaml: variables.data_parallel_replicas cannot vary: which data-parallel "
+        "degrees are valid depends on it; set it in base.mapping (one space per "
+        "hybrid-sharding layout)."
+    )

@@ -129,7 +129,7 @@ CASES: list[tuple[str, Any, str]] = [
      "variables.micro_batch_size.choices[1] repeats 1."),
     ("variables.activation_recompute.choices", ["none", "ful"],
      "variables.activation_recompute.choices[1] must be one of: none, selective, full, "
-     "selective_op; got 'ful' (did you mean 'full'?)."),
+     "selective_op, selective_dots; got 'ful' (did you mean 'full'?)."),
     ("variables.die_are_mm2", 700, "unknown key 'variables.die_are_mm2'; did you mean "
      "'die_area_mm2'? Valid keys: "),
     ("variabels", {}, "unknown key 'variabels'; did you mean 'variables'? Valid keys: base, "

@@ -290,6 +290,18 @@ def test_per_op_recompute_costs_less_than_full_recompute_and_more_than_none() ->
     assert recompute["none"] == 0.0 < recompute["selective_op"] < recompute["full"]
 
 
+def test_keeping_the_matmul_outputs_recomputes_attention_elementwise_and_tp_gathers() -> None:
+    # docs/model.md §C2.2: selective_dots re-runs the attention core, the elementwise forward
+    # and the forward's TP collectives, exactly; less than full recompute, more than none
+    base = {"data_parallel": 1, "tensor_parallel": 8, "zero_stage": 0, "sequence_parallel": True}
+    runs = {mode: evaluate_one(llama(**base, activation_recompute=mode))["breakdown_s"]
+            for mode in ("none", "selective_dots", "full")}  # fmt: skip
+    none, dots = runs["none"], runs["selective_dots"]
+    assert 0.0 == none["recompute"] < dots["recompute"] < runs["full"]["recompute"]
+    for part in ("gemm", "attention", "elementwise", "tensor_parallel_comm"):
+        assert dots[part] == pytest.approx(none[part], rel=1e-12), part
+
+
 def test_eager_elementwise_ops_move_the_bytes_autograd_moves_op_by_op() -> None:
     # docs/model.md §C6.3: torchtitan's eager RMSNorm 4p + 28 bytes an element forward and
     # 8p + 76 backward (fused 2p and 3p), its fp32 complex rotary 2p + 16 each way (fused 2p),
@@ -349,7 +361,9 @@ def test_fsdp_copies_move_each_implementations_bytes_every_micro_batch() -> None
     def moved(impl: str, fp32: bool, zero: int = 3, dp: int = 8) -> tuple[float, float]:
         x = {"fsdp_implementation": float(("none", "fsdp1", "fsdp2").index(impl)),
              "fsdp_reduce_fp32": float(fp32), "fp8_params": 0.0}  # fmt: skip
-        i = SimpleNamespace(x=x, p=2.0, fp8=False, zero=zero, dp=dp, m=1.0, layers_stage=4.0)
+        i = SimpleNamespace(
+            x=x, p=2.0, fp8=False, zero=zero, dp=dp, dp_sh=dp, m=1.0, layers_stage=4.0
+        )
         out = fsdp_copies(i, Bytes, SimpleNamespace(stage=1.0))  # type: ignore[arg-type]
         return float(out[0]), float(out[1])
 
@@ -393,7 +407,9 @@ def test_unfused_fp32_grad_accumulation_moves_its_bytes_every_micro_batch() -> N
 
     def moved(mode: str, zero: int = 2, m: float = 1.0, mats: float = 3.0) -> tuple[float, float]:
         x = {"grad_accumulation": float(("fused", "unfused_fp32").index(mode))}
-        i = SimpleNamespace(x=x, p=2.0, zero=zero, dp=8.0, m=m, mats=mats, layers_stage=4.0)
+        i = SimpleNamespace(
+            x=x, p=2.0, zero=zero, dp=8.0, dp_sh=8.0, m=m, mats=mats, layers_stage=4.0
+        )
         out = grad_accumulation(i, Bytes, SimpleNamespace(stage=8.0))  # type: ignore[arg-type]
         return float(out[0]), float(out[1])
 
@@ -413,6 +429,28 @@ def test_unfused_grad_accumulation_lengthens_the_step_by_its_own_part() -> None:
     assert float(unfused["step_time_s"]) == pytest.approx(float(fused["step_time_s"]) + part)
     # a streaming part: its bytes cost HBM energy
     assert float(unfused["energy_per_step_ops_J"]) > float(fused["energy_per_step_ops_J"])
+
+
+def test_hybrid_sharding_shards_over_one_replica_and_all_reduces_across_replicas() -> None:
+    # docs/model.md §C3.2: HSDP's model states shard over data_parallel / replicas ranks
+    def states(replicas: int) -> dict[str, float]:
+        out = evaluate_one(llama(zero_stage=3, data_parallel_replicas=replicas))
+        return {k: float(v) for k, v in out["memory_breakdown_B"].items()}
+
+    one, two = states(1), states(2)
+    for part in ("weights", "master_weights", "gradients", "optimizer_states"):
+        assert two[part] == pytest.approx(2 * one[part], rel=1e-12), part
+
+    # as many replicas as ranks shard nothing: ZeRO-1's gradient reduction is then plain data
+    # parallelism's all-reduce (each rank's shard is all its gradients)
+    def comm(**mapping: object) -> float:
+        out = evaluate_one(llama(overlap_grad_reduce=False, **mapping))
+        return float(out["breakdown_s"]["data_parallel_comm"])
+
+    plain = comm(zero_stage=0)
+    assert plain > 0.0
+    assert comm(zero_stage=1, data_parallel_replicas=8) == pytest.approx(plain, rel=1e-12)
+    assert comm(zero_stage=1, data_parallel_replicas=2) != pytest.approx(plain, rel=1e-3)
 
 
 def test_an_fp32_fsdp_reduce_scatters_twice_the_bytes() -> None:

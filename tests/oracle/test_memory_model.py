@@ -127,6 +127,25 @@ def test_per_op_recompute_sits_between_none_and_full() -> None:
     assert full < op < none
 
 
+def test_keeping_the_weight_matmuls_outputs_saves_every_projection() -> None:
+    # JAX checkpoint_dots_with_no_batch_dims (MaxText remat_policy minimal; docs/model.md
+    # §C2.2): the layer input 2, Q 2, K and V 2g each, the projection 2, the MLP up
+    # projections 2(mats - 1)F/h and the down projection 2, split by t; no log-sum-exp
+    x = {
+        "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
+        "ffn_hidden_size": 14336, "swiglu": 1.0, "seq_length": 8192, "micro_batch_size": 1,
+        "context_parallel": 1, "dropout": 0.0, "flash_attention": 1.0, "tensor_parallel": 4.0,
+        "sequence_parallel": 1.0,
+    }  # fmt: skip
+    sbh = 8192 * 4096
+    none, dots, full = (
+        float(activation_bytes_per_layer({**x, "recompute": RECOMPUTE_CODES[m]}))
+        for m in ("none", "selective_dots", "full")
+    )
+    assert dots == pytest.approx(sbh * (2 + 2 + 4 * 0.25 + 2 + 2 * 2 * 14336 / 4096 + 2) / 4)
+    assert full < dots < none
+
+
 def test_fp8_keeps_gemm_inputs_in_one_byte() -> None:
     x = {
         "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 32,
@@ -160,7 +179,7 @@ _degree = st.sampled_from([1, 2, 4, 8])
 
 @settings(max_examples=40, deadline=None)
 @given(tp=_degree, pp=_degree, cp=_degree, dp=_degree, mb=st.sampled_from([1, 2, 4]),
-       rc=st.sampled_from(["none", "selective", "selective_op", "full"]),
+       rc=st.sampled_from(["none", "selective", "selective_op", "selective_dots", "full"]),
        fp32=st.booleans(), accumulator=st.booleans())  # fmt: skip
 def test_more_sharding_or_recompute_never_raises_memory(
     tp: int, pp: int, cp: int, dp: int, mb: int, rc: str, fp32: bool, accumulator: bool

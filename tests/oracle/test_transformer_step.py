@@ -82,6 +82,26 @@ def test_scalar_path_equals_the_batched_path(name: str, override: dict[str, floa
             assert value == pytest.approx(float(batch["breakdown_s"][part][j]), rel=1e-12), part
 
 
+def test_hybrid_sharding_scalar_path_equals_the_batched_path() -> None:
+    # HSDP rows (docs/model.md §C3.2): best-mapping enumerates only data-parallel degrees the
+    # replicas divide; ZeRO-1 and ZeRO-3 rows both
+    mapping = {"data_parallel": 16, "data_parallel_replicas": 2, "tensor_parallel": 8,
+               "pipeline_parallel": 2, "overlap_grad_reduce": True}  # fmt: skip
+    s = _gpt3(mapping, nodes=32, batch=256)
+    x = _rows(s, 24)
+    assert set(x["data_parallel_replicas"].tolist()) == {2.0}
+    assert not np.any(x["data_parallel"] % 2) and set(x["zero_stage"].tolist()) >= {1.0, 3.0}
+    caps = device_caps(s.system.device, "bf16")
+    net = network_model(s)
+    batch = transformer_step(caps, net, x)
+    for j in range(24):
+        one = transformer_step_one(caps, net, {k: float(v[j]) for k, v in x.items()})
+        assert one["step_time_s"] == pytest.approx(float(batch["step_time_s"][j]), rel=1e-12)
+        assert one["memory_per_device_B"] == pytest.approx(
+            float(batch["memory_per_device_B"][j]), rel=1e-12
+        )
+
+
 def _deepspeed_2021_steady_step(
     compute: list[tuple[tuple[int, int], float, float]], gather: dict[int, float]
 ) -> float:

@@ -19,6 +19,7 @@ from deepflow.config.specs import RECOMPUTE_MODES, MappingSpec, TransformerSpec
 
 __all__ = [
     "CROSS_ENTROPY_CODES",
+    "DOTS_RECOMPUTE",
     "FULL_RECOMPUTE",
     "MAPPING_COLUMNS",
     "MODEL_COLUMNS",
@@ -54,7 +55,7 @@ MAPPING_COLUMNS = tuple(k.column for k in _KNOBS)
 #: The ``recompute`` column's code of each ``activation_recompute`` mode, and the codes by name
 #: (what the formulas compare against).
 RECOMPUTE_CODES = KNOB["activation_recompute"].codes
-NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE, OP_RECOMPUTE = (
+NO_RECOMPUTE, SELECTIVE_RECOMPUTE, FULL_RECOMPUTE, OP_RECOMPUTE, DOTS_RECOMPUTE = (
     RECOMPUTE_CODES[m] for m in RECOMPUTE_MODES
 )
 #: The ``cross_entropy`` column's code of each mode (index into its bytes per logit).

@@ -94,29 +94,36 @@ def data_parallel_comm(
     gives the framework rate and ``modules`` the layer's kernels, both read only where
     DeepSpeed 2021's ZeRO-3 applies (it overlaps module by module).
     """
-    dp, st_dp, m = i.dp, i.st_dp, i.m
+    dp, st_dp, m, sh = i.dp, i.st_dp, i.m, i.dp_sh
     grads = params.stage * params.grad_bytes
     # the updated parameters travel in FP8 where the weights are FP8 (fp8_param_gather)
     params_b = params.stage * o.where(i.fp8 & (i.x["fp8_params"] > 0), 1.0, i.p)
     ar_dp = o.coll("all_reduce", grads, dp, st_dp, i.axes)
-    rs_dp = o.coll("reduce_scatter", grads, dp, st_dp, i.axes)
-    ag_dp = o.coll("all_gather", params_b, dp, st_dp, i.axes)
+    # ZeRO's collectives run over one replica's sh contiguous ranks; hybrid sharding (HSDP)
+    # then all-reduces each rank's gradient shard across the replicas (stride: a replica)
+    rs_dp = o.coll("reduce_scatter", grads, sh, st_dp, i.axes)
+    ag_dp = o.coll("all_gather", params_b, sh, st_dp, i.axes)
+    ar_rep = o.where(
+        i.dp_rep > 1, o.coll("all_reduce", grads / sh, i.dp_rep, st_dp * sh, i.axes), 0.0
+    )
     t_f_stage = i.layers_stage * layer.fwd
     t_b_stage = i.layers_stage * layer.bwd
     overlap = i.x["overlap_grad_reduce"] > 0
     plain = o.where(overlap, o.maximum(ar_dp - t_b_stage, 0.0), ar_dp)
     dist = o.where(
         overlap,
-        _chunked_exposed(o, rs_dp, t_b_stage, i.v, i.pp)
+        _chunked_exposed(o, rs_dp + ar_rep, t_b_stage, i.v, i.pp)
         + _chunked_exposed(o, ag_dp, t_f_stage, i.v, i.pp),
-        rs_dp + ag_dp,
+        rs_dp + ar_rep + ag_dp,
     )
-    per_mb = o.maximum(ag_dp - t_f_stage, 0.0) + o.maximum(ag_dp + rs_dp - t_b_stage, 0.0)
-    zero3 = m * per_mb + (ag_dp + rs_dp) / o.maximum(i.layers_stage, 1.0)
+    reduce = rs_dp + ar_rep  # a unit's gradients: reduce-scattered, then across replicas
+    per_mb = o.maximum(ag_dp - t_f_stage, 0.0) + o.maximum(ag_dp + reduce - t_b_stage, 0.0)
+    zero3 = m * per_mb + (ag_dp + reduce) / o.maximum(i.layers_stage, 1.0)
     sync = (i.zero >= 3) & o.not_(overlap) & (dp > 1)
     if o.any(sync):
         rate = calibration.framework.deepspeed_zero3_2021_rate_Bps
-        zero3 = o.where(sync, _zero3_deepspeed_2021(i, o, params, modules, rate), zero3)
+        ds = _zero3_deepspeed_2021(i, o, params, modules, rate) + m * ar_rep
+        zero3 = o.where(sync, ds, zero3)
     sharded = o.where(i.zero >= 3, zero3, o.where(i.zero >= 1, dist, plain))
     return o.where(dp > 1, sharded, 0.0)
 
@@ -167,7 +174,7 @@ def _zero3_deepspeed_2021(
     a device sync and a copy each; configs/calibration/frameworks.yaml): the longer of NCCL's
     time and that. Returns the exposed seconds: the step's compute is counted elsewhere."""
     gemms, attn, elem = modules
-    h, a, kv, d_h, dp = i.h, i.a, i.kv, i.d_h, i.dp
+    h, a, kv, d_h, dp = i.h, i.a, i.kv, i.d_h, i.dp_sh
 
     def comm(kind: str, elements: Any) -> Any:
         t = elements / i.tp * i.p
@@ -251,7 +258,7 @@ def fsdp_copies(i: Inputs, o: Any, params: StageParams) -> Any:
     per_element = o.where(fsdp2, per_param, flat)
     kernels = o.where(fsdp2, gathers + 1.0, 2.0 + cast)  # copy-outs + copy-in; cat, cast, divide
     copies = o.mem(per_element * params.stage, 0.0, kernels * i.layers_stage)
-    sharded = (i.zero >= 2) & (i.dp > 1) & (impl != _FSDP["none"])
+    sharded = (i.zero >= 2) & (i.dp_sh > 1) & (impl != _FSDP["none"])
     return o.where(sharded, i.m * copies, 0.0)
 
 
@@ -261,7 +268,7 @@ def grad_accumulation(i: Inputs, o: Any, params: StageParams) -> Any:
     16-bit gradient autograd wrote (p) and adds it into an fp32 buffer (read and write, 8 B)
     over the stage's parameters, or their shard where ZeRO-3 reduce-scatters each micro-batch's
     gradients. 0 where the GEMM accumulates itself (``grad_accumulation: fused``)."""
-    local = o.where(i.zero >= 3, params.stage / o.maximum(i.dp, 1.0), params.stage)
+    local = o.where(i.zero >= 3, params.stage / o.maximum(i.dp_sh, 1.0), params.stage)
     # one kernel per weight of a layer: QKV, the projection, the MLP's matrices, two norms
     kernels = (i.mats + 4.0) * i.layers_stage
     summed = o.mem((i.p + _FP32_SUM_BYTES) * local, local, kernels)
@@ -271,7 +278,7 @@ def grad_accumulation(i: Inputs, o: Any, params: StageParams) -> Any:
 def optimizer(i: Inputs, o: Any, params: StageParams) -> Any:
     """Adam and the gradient-norm pass over the locally optimised parameters, and zeroing the
     local gradient buffer for the next step's accumulation (§C6.3; ZeRO-3/FSDP frees it)."""
-    opt_params = o.where(i.zero >= 1, params.stage / i.dp, params.stage)
+    opt_params = o.where(i.zero >= 1, params.stage / i.dp_sh, params.stage)
     zeroing = o.where(i.zero >= 3, 0.0, params.grad_bytes * params.stage)
     opt_bytes = (_ADAM_BYTES + _GRAD_NORM_BYTES) * opt_params + zeroing
     return o.mem(opt_bytes, _ADAM_FLOPS * opt_params, 6.0)

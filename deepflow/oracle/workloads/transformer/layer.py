@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from deepflow.config.specs import FP8_RECIPES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
+    DOTS_RECOMPUTE,
     FULL_RECOMPUTE,
     OP_RECOMPUTE,
     SELECTIVE_RECOMPUTE,
@@ -496,7 +497,8 @@ def layer_times(
     communication included; with ``recompute_num_layers`` on that share of the layers, the
     per-layer average); selective recompute re-runs the unfused attention core
     (docs/model.md §C1.2); per-op selective recompute every second matmul and the
-    elementwise operations."""
+    elementwise operations; keeping the weight matmuls' outputs (``selective_dots``) the
+    attention core, the elementwise operations and the forward's TP collectives."""
     compute_f = gemms.fwd + attn.fwd + elem.fwd
     rc = i.rc
     # partial full recompute (recompute_num_layers): that share of the layers re-runs
@@ -510,6 +512,9 @@ def layer_times(
     # per-op selective: the unsaved matmuls the backward needs, the elementwise ops and the
     # unsaved collectives run again (§C2.2)
     recompute = o.where(rc == OP_RECOMPUTE, op_recompute(i, o, gemms, tp) + elem.fwd, recompute)
+    # weight-matmul outputs kept (JAX checkpoint_dots_with_no_batch_dims): the attention core,
+    # the elementwise operations and the collectives that feed the matmuls run again
+    recompute = o.where(rc == DOTS_RECOMPUTE, attn.fwd + elem.fwd + tp.fwd, recompute)
     parts = {
         "gemm": gemms.fwd + gemms.dgrad + gemms.wgrad,
         "attention": attn.fwd + attn.bwd,

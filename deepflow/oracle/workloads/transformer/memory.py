@@ -23,6 +23,7 @@ from deepflow.config.calibration import MemoryCalibration
 from deepflow.config.specs import PIPELINE_BALANCE_MODES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
+    DOTS_RECOMPUTE,
     FULL_RECOMPUTE,
     OP_RECOMPUTE,
     SELECTIVE_RECOMPUTE,
@@ -139,7 +140,16 @@ def _activation_bytes(x: Mapping[str, Any], o: Any, recompute: Any = None, fp8: 
     # layer input 2, the attention output 2 (+ fp32 log-sum-exp) and every second matmul's
     # output (Q 2, V 2g, MLP up 2F/h, MLP down 2), 16-bit, split by t
     ops = sbh * (2 + 2 * w + 2 * w + 2 * g * w + 2 * f_h + 2) / tp + 4 * a * s_loc * mb / tp
-    return o.where(rc == FULL_RECOMPUTE, full, o.where(rc == OP_RECOMPUTE, ops, kept))
+    # weight-matmul outputs (JAX checkpoint_dots_with_no_batch_dims, MaxText remat_policy
+    # minimal): the layer input 2 (the scanned layer's carry), Q 2, K 2g, V 2g, the projection
+    # 2, the MLP up projection(s) 2(mats - 1)F/h and down projection 2, 16-bit, split by t;
+    # the attention core is recomputed, so no log-sum-exp is kept
+    dots = sbh * (2 + 2 * w + 4 * g * w + 2 + 2 * (mats - 1) * f_h + 2) / tp
+    return o.where(
+        rc == FULL_RECOMPUTE,
+        full,
+        o.where(rc == OP_RECOMPUTE, ops, o.where(rc == DOTS_RECOMPUTE, dots, kept)),
+    )
 
 
 #: The breakdown's terms, in order: what the caching allocator holds (the first nine), then
@@ -269,7 +279,9 @@ def memory(
     freed) to its unsharded fp32 buffer; its compute-balanced stages give the first stage
     more layers (:func:`stage_layers`).
     """
-    dp_cp = i.dp * i.cp
+    # ZeRO shards over the data × context ranks of one hybrid-sharding replica (all of them
+    # without HSDP, data_parallel_replicas 1; §C3.2)
+    dp_cp = i.dp_sh * i.cp
     zero = i.zero
     grad_b = o.where(i.x["fp32_main_grads"] > 0, 4.0, 2.0)
     fp8 = i.fp8
@@ -329,7 +341,7 @@ def memory(
     after_b = o.where(accumulator & (i.dp > 1) & (zero >= 1), gathered, 0.0)
 
     layer_act = _activation_bytes(i.x, o, fp8=fp8)
-    full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE)
+    full = (i.rc == FULL_RECOMPUTE) | (i.rc == OP_RECOMPUTE) | (i.rc == DOTS_RECOMPUTE)
     plain_act = _activation_bytes(i.x, o, recompute=0.0 * i.rc, fp8=fp8) if o.any(full) else 0.0
     # partial full recompute (recompute_num_layers): the other layers keep all activations
     partial = (i.rc == FULL_RECOMPUTE) & (i.x["recompute_num_layers"] > 0)

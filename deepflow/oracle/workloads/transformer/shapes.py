@@ -50,6 +50,8 @@ class Inputs(NamedTuple):
     dp: Any
     cp: Any
     ep: Any
+    dp_rep: Any  #: hybrid-sharding (HSDP) replicas of the data-parallel ranks (1: none)
+    dp_sh: Any  #: data-parallel ranks each replica shards the model states over, dp / dp_rep
     mb: Any  #: micro-batch size
     v: Any  #: virtual pipeline stages (interleaving)
     sp: Any  #: sequence parallelism on (bool)
@@ -112,6 +114,8 @@ def inputs(caps: DeviceCaps, x: Mapping[str, Any], o: Any) -> Inputs:
         dp=dp,
         cp=cp,
         ep=ep,
+        dp_rep=x["data_parallel_replicas"],
+        dp_sh=dp / x["data_parallel_replicas"],
         mb=mb,
         v=x["virtual_pipeline_stages"],
         sp=sp,
