@@ -90,9 +90,11 @@ def data_parallel_comm(
     forward), chunk by chunk where the stage holds v interleaved model chunks
     (:func:`_chunked_exposed`). ZeRO-3/FSDP: parameters gathered for forward and backward and
     gradients reduce-scattered every micro-batch, prefetched under compute; the first gather
-    and last reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). ``calibration``
-    gives the framework rate and ``modules`` the layer's kernels, both read only where
-    DeepSpeed 2021's ZeRO-3 applies (it overlaps module by module).
+    and last reduce-scatter of a layer unit stay exposed (§C3.1, §C3.2). With hybrid
+    sharding (``data_parallel_replicas`` r) ZeRO's collectives run inside a replica of dp/r
+    ranks and each reduce-scatter is followed by the replicas' all-reduce of the shard.
+    ``calibration`` gives the framework rate and ``modules`` the layer's kernels, both read
+    only where DeepSpeed 2021's ZeRO-3 applies (it overlaps module by module).
     """
     dp, st_dp, m, sh = i.dp, i.st_dp, i.m, i.dp_sh
     grads = params.stage * params.grad_bytes
