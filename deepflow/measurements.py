@@ -124,7 +124,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
     # llm_foundry/models/mpt/modeling_mpt.py: loss_fn 'fused_crossentropy').
     "llm_foundry_a100_80": {"flash": True, "tp_overlap": False, "dp_overlap": True,
                             "dropout": False, **_CLASSIC, "cross_entropy": "fused",
-                            "attention_kernel": "triton"},
+                            "attention_kernel": "triton", "fp8_weight_cache": False},
 }  # fmt: skip
 
 
@@ -322,9 +322,12 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
             "fp8_params": _fp8_params(case, text),
             "fp8_recipe": _fp8_recipe(case),
             "p2p_overlap": p2p_overlap,
-            # FP8 weight copies cached per step: Transformer Engine (Megatron, NeMo); PyTorch
-            # float8 (torchao, torchtitan) casts per use
-            "fp8_weight_cache": not re.search(r"torchtitan|torchao", text),
+            # FP8 weight copies cached per step: Transformer Engine where the framework passes
+            # is_first_microbatch (Megatron, NeMo); PyTorch float8 (torchao, torchtitan) casts
+            # per use, and so does TE under Composer (llm-foundry), which never passes it
+            # (TE module/linear.py: update_fp8_weights = is_first_microbatch is None or ...)
+            "fp8_weight_cache": not re.search(r"torchtitan|torchao|composer|llm[- ]foundry",
+                                              text),
             # Megatron's asynchronous backward TP collectives; DTensor (torchtitan) waits
             # on each before its consumer (docs/model.md §C3.2)
             "tp_async_backward": "torchtitan" not in text,

@@ -693,6 +693,9 @@ def test_nemo_2024_keeps_16_bit_gradients_and_te_caches_fp8_weights() -> None:
     flags = framework(nemo)
     assert (flags["fp32_main_grads"], flags["fp8_weight_cache"]) == (False, True)
     assert framework(_titan())["fp8_weight_cache"] is False
+    # Composer never passes is_first_microbatch: TE re-casts the weights every forward
+    assert framework(_titan(framework="Composer + PyTorch FSDP (llm-foundry)"))[
+        "fp8_weight_cache"] is False  # fmt: skip
 
 
 def test_nanotron_accumulates_in_fp32_balances_stages_by_compute_and_shards_its_loss() -> None:
