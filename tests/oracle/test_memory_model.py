@@ -110,18 +110,24 @@ def test_allocator_terms_and_reserve() -> None:
     assert terms["nccl_buffers"] == cal.nccl_buffers_B
 
 
+#: A Llama 3 8B layer at 8k tokens, one sequence, FlashAttention (activation bytes' columns).
+_LLAMA8B_LAYER = {
+    "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
+    "ffn_hidden_size": 14336, "swiglu": 1.0, "seq_length": 8192, "micro_batch_size": 1,
+    "context_parallel": 1, "dropout": 0.0, "flash_attention": 1.0, "tensor_parallel": 1.0,
+    "sequence_parallel": 0.0,
+}  # fmt: skip
+
+
+def _layer_bytes(modes: tuple[str, ...], **columns: float) -> list[float]:
+    x = {**_LLAMA8B_LAYER, **columns}
+    return [float(activation_bytes_per_layer({**x, "recompute": RECOMPUTE_CODES[m]}))
+            for m in modes]  # fmt: skip
+
+
 def test_per_op_recompute_sits_between_none_and_full() -> None:
-    x = {
-        "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
-        "ffn_hidden_size": 14336, "swiglu": 1.0, "seq_length": 8192, "micro_batch_size": 1,
-        "context_parallel": 1, "dropout": 0.0, "flash_attention": 1.0, "tensor_parallel": 1.0,
-        "sequence_parallel": 0.0,
-    }  # fmt: skip
     sbh = 8192 * 4096
-    none, op, full = (
-        float(activation_bytes_per_layer({**x, "recompute": RECOMPUTE_CODES[m]}))
-        for m in ("none", "selective_op", "full")
-    )
+    none, op, full = _layer_bytes(("none", "selective_op", "full"))
     # layer input 2 + attention output 2 + Q 2 + V 2g + MLP up 2F/h + MLP down 2, plus lse
     assert op == pytest.approx(sbh * (8 + 2 * 0.25 + 2 * 14336 / 4096) + 4 * 32 * 8192)
     assert full < op < none
@@ -131,16 +137,9 @@ def test_keeping_the_weight_matmuls_outputs_saves_every_projection() -> None:
     # JAX checkpoint_dots_with_no_batch_dims (MaxText remat_policy minimal; docs/model.md
     # §C2.2): the layer input 2, Q 2, K and V 2g each, the projection 2, the MLP up
     # projections 2(mats - 1)F/h and the down projection 2, split by t; no log-sum-exp
-    x = {
-        "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
-        "ffn_hidden_size": 14336, "swiglu": 1.0, "seq_length": 8192, "micro_batch_size": 1,
-        "context_parallel": 1, "dropout": 0.0, "flash_attention": 1.0, "tensor_parallel": 4.0,
-        "sequence_parallel": 1.0,
-    }  # fmt: skip
     sbh = 8192 * 4096
-    none, dots, full = (
-        float(activation_bytes_per_layer({**x, "recompute": RECOMPUTE_CODES[m]}))
-        for m in ("none", "selective_dots", "full")
+    none, dots, full = _layer_bytes(
+        ("none", "selective_dots", "full"), tensor_parallel=4.0, sequence_parallel=1.0
     )
     assert dots == pytest.approx(sbh * (2 + 2 + 4 * 0.25 + 2 + 2 * 2 * 14336 / 4096 + 2) / 4)
     assert full < dots < none

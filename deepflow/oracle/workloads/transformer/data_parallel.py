@@ -105,9 +105,7 @@ def data_parallel_comm(
     # then all-reduces each rank's gradient shard across the replicas (stride: a replica)
     rs_dp = o.coll("reduce_scatter", grads, sh, st_dp, i.axes)
     ag_dp = o.coll("all_gather", params_b, sh, st_dp, i.axes)
-    ar_rep = o.where(
-        i.dp_rep > 1, o.coll("all_reduce", grads / sh, i.dp_rep, st_dp * sh, i.axes), 0.0
-    )
+    ar_rep = o.coll("all_reduce", grads / sh, i.dp_rep, st_dp * sh, i.axes)  # 0: one replica
     t_f_stage = i.layers_stage * layer.fwd
     t_b_stage = i.layers_stage * layer.bwd
     overlap = i.x["overlap_grad_reduce"] > 0
