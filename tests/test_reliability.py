@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from deepflow.cli import app
 from deepflow.config import load_scenario
+from deepflow.config.loader import list_presets
 from deepflow.config.plausibility import plausibility_warnings
 from deepflow.errors import ConfigError, PlausibilityWarning
 from tests.conftest import REPO
@@ -116,6 +117,18 @@ def test_link_slip_is_named(tmp_path: Path) -> None:
 def test_shipped_scenarios_raise_no_plausibility_warning() -> None:
     for path in sorted((REPO / "configs" / "scenarios").glob("*.yaml")):
         assert plausibility_warnings(load_scenario(path)) == []  # filterwarnings = error
+
+
+def test_shipped_devices_raise_no_plausibility_warning(tmp_path: Path) -> None:
+    # every datasheet figure of every shipped device, each precision's peak included (GB300's
+    # FP64 is 1.25 TFLOP/s, the low end of the range)
+    for name in list_presets("devices"):
+        raw = copy.deepcopy(SCENARIO)
+        raw["system"]["device"] = name
+        if name.startswith("v100"):  # Volta has no bf16 peak
+            raw["workload"]["precision"] = "fp16"
+        path = _write(tmp_path, raw)
+        assert plausibility_warnings(load_scenario(path)) == [], name  # filterwarnings = error
 
 
 # ------------------------------------------------------------------------------ spaces
