@@ -57,9 +57,10 @@ class _Range:
 
 # Real ranges (YAML units), from the shipped presets' datasheets: V100 900 GB/s .. B200
 # 8 TB/s of HBM; 16 GiB (V100) .. 192 GB (B200); dense 1.25 TFLOP/s (B300 fp64: Blackwell
-# Ultra cut its FP64 units, configs/devices/gb300.yaml) .. 9 PFLOP/s (B200 fp4); clocks 0.9 (TPU v4 1.05) .. 2.1 GHz; 75 W .. 1.2 kW; 100 mm² .. 1.6k mm² per die
-# (46,225 mm² for a wafer-scale engine: Cerebras WSE-2); links 12.5 GB/s (100 Gb/s NIC) .. 900
-# GB/s (NVLink 5 per direction); latencies 0.5 .. 10 µs.
+# Ultra cut its FP64 units, configs/devices/gb300.yaml) .. 9 PFLOP/s (B200 fp4); clocks 0.9
+# (TPU v4 1.05) .. 2.1 GHz; 75 W .. 1.2 kW; 100 mm² .. 1.6k mm² per die (46,225 mm² for a
+# wafer-scale engine: Cerebras WSE-2); links 12.5 GB/s (100 Gb/s NIC) .. 900 GB/s (NVLink 5
+# per direction); latencies 0.5 .. 10 µs.
 _HBM_BW = _Range("hbm_bandwidth_GBps", "GB/s", 900, 8000,
                  ((1e3, "TB/s"), (1 / 8, "Gb/s"), (1e-9, "B/s")))  # fmt: skip
 _HBM_CAP = _Range("hbm_capacity_GiB", "GiB", 16, 192, ((1 / 1024, "MiB"), (1 / GiB, "bytes")))
