@@ -293,7 +293,9 @@ def framework(case: dict[str, Any]) -> dict[str, Any]:
     # unless the text says otherwise
     bf16_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(false|no|0)\b", text))
     fp32_reduce = bool(re.search(r"grad[_ ]reduce[_ ]in[_ ]fp32:? ?(true|yes|1)\b", text))
-    bf16_reduce = bf16_reduce or (_bridge_performance(text) and not fp32_reduce)
+    bf16_reduce = bf16_reduce or (
+        (_bridge_performance(text) or _nemo2_performance(case, text)) and not fp32_reduce
+    )
     bf16_grads = apex_adam or bf16_reduce or ("deepspeed" in text and zero in (1, 2))
     # Apex's distributed Adam on a bf16 model keeps only the low 16 bits of the fp32 master
     # weights (NeMo 1.x megatron_base_model.py, setup_optimization: store_param_remainders)
@@ -468,7 +470,13 @@ def _fp8_params(case: dict[str, Any], text: str) -> bool:
         return False
     if re.search(r"fp8[_ ]param", f"{text} {precision}"):
         return True
-    return bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
+    # NeMo 2's performance scripts from v2.3.0 (the 25.04 container) turn it off under
+    # Megatron-Core FSDP ("Currently FSDP does not support FP8 param gather",
+    # scripts/performance/utils.py); Megatron-Bridge's keep it (scripts/performance at fa0315ae)
+    nemo_fsdp = ("nemo" in text and "megatron-bridge" not in text and zero_stage(case) >= 3
+                 and software_date(case) >= (2025, 4))  # fmt: skip
+    return (bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
+            and not nemo_fsdp)  # fmt: skip
 
 
 def _fp8_recipe(case: dict[str, Any]) -> str:
@@ -534,6 +542,16 @@ def _bridge_performance(text: str) -> bool:
     return "megatron-bridge" in text and "performance" in text
 
 
+def _nemo2_performance(case: dict[str, Any], text: str) -> bool:
+    """A run of NeMo 2's performance recipes (the NeMo 25.xx performance summary's tables):
+    their scripts set ``grad_reduce_in_fp32 = False`` (NeMo v2.2.0
+    scripts/llm/performance/pretrain_*.py for FP8; the recipes' ``performance_mode``
+    optimizations for every precision, nemo/collections/llm/recipes/llama3_70b.py), the
+    16-bit gradient buffers Megatron-Bridge's performance recipes kept."""
+    return ("nemo" in text and "performance summary" in text
+            and software_date(case) >= (2025, 1))  # fmt: skip
+
+
 def _cross_entropy(text: str, date: tuple[int, int]) -> str:
     """The loss kernel (docs/model.md §C2.4): fused where stated or where it is the framework's
     default (llm-foundry's MPT: flash-attn's fused cross-entropy, ``loss_fn`` default in
@@ -576,7 +594,10 @@ def framework_profile(case: dict[str, Any]) -> str | None:
     text, date = _framework_text(case), software_date(case)
     rules = (
         ("torchtitan", "torchtitan-2025" if date >= (2025, 4) else "torchtitan-2024"),
-        ("nemo", "nemo-24.07"),
+        # NeMo 2's performance recipes (25.xx containers) and their successor Megatron-Bridge;
+        # NeMo 1.x (the NeMo-Framework-Launcher) before
+        ("megatron[- ]bridge", "megatron-bridge-2025"),
+        ("nemo", "megatron-bridge-2025" if date >= (2025, 1) else "nemo-24.07"),
         ("llm-foundry|llm foundry|composer|\\bmpt\\b", "llm-foundry"),
         ("maxtext|\\btpu\\b", "maxtext-tpu"),
         ("deepspeed", "deepspeed-zero3-2021" if zero_stage(case) >= 3 and date < (2022, 1)

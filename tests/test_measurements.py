@@ -18,6 +18,7 @@ from deepflow.measurements import (
     FRAMEWORKS,
     accelerator_presets,
     framework,
+    framework_profile,
     measured_memory_stage,
     measured_peak_memory,
     measured_step_time_s,
@@ -941,6 +942,39 @@ def test_megatron_bridge_performance_recipes_reduce_in_16_bits_with_te_s_fused_l
     assert stated["fp32_main_grads"] is True
     other = flags("a Megatron-Bridge training run")  # not its benchmark recipes
     assert (other["fp32_main_grads"], other["cross_entropy"]) == (True, "vocab_parallel")
+
+
+def test_nemo2_performance_recipes_reduce_in_16_bits_and_fsdp_drops_fp8_weights() -> None:
+    # NeMo v2.2.0 scripts/llm/performance: grad_reduce_in_fp32 = False; v2.3.0
+    # scripts/performance/utils.py turns fp8_param_gather off under Megatron-Core FSDP
+    def flags(version: str, zero: Any = "distributed optimizer", title: str = "Performance "
+              "Summary") -> dict[str, Any]:  # fmt: skip
+        training = {
+            "framework": "NeMo 2.0 (Megatron-Core, Transformer Engine)",
+            "framework_version": version,
+            "precision": "fp8",
+            "zero_stage": zero,
+        }
+        source = {"year": 2025, "title": f"NVIDIA NeMo Framework User Guide, {title}"}
+        return framework({"group": "g", "source": source, "training": training})
+
+    nemo2 = flags("NeMo 25.02 container")
+    assert (nemo2["fp32_main_grads"], nemo2["fp8_params"]) == (False, True)
+    assert flags("NeMo 25.04 container", zero=3)["fp8_params"] is False
+    assert flags("NeMo 25.02 container", zero=3)["fp8_params"] is True  # before v2.3.0
+    # NeMo 1.x (the launcher) and pages other than the performance summary keep fp32
+    assert flags("NeMo 24.07 container")["fp32_main_grads"] is True
+    assert flags("NeMo 25.04 container", title="Long Sequence Performance")["fp32_main_grads"]
+
+
+def test_nemo2_and_megatron_bridge_cases_name_the_2025_profile() -> None:
+    def profile(stack: str, version: str) -> str | None:
+        training = {"framework": stack, "framework_version": version}
+        return framework_profile({"group": "g", "source": {"year": 2025}, "training": training})
+
+    assert profile("Megatron-Bridge", "NeMo 25.09 container") == "megatron-bridge-2025"
+    assert profile("NeMo 2.0 (Megatron-Core)", "NeMo 25.02 container") == "megatron-bridge-2025"
+    assert profile("NeMo (Megatron-Core)", "NeMo 24.03.01 container") == "nemo-24.07"
 
 
 def test_a_run_that_ran_out_of_memory_is_scored_against_feasibility(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def test_every_profile_sets_only_framework_switches_and_cites_sources() -> None:
         "deepspeed-zero3-2021",
         "megatron-core-2024",
         "nemo-24.07",
+        "megatron-bridge-2025",
         "torchtitan-2024",
         "torchtitan-2025",
         "llm-foundry",
