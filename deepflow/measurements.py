@@ -473,10 +473,11 @@ def _fp8_params(case: dict[str, Any], text: str) -> bool:
     # NeMo 2's performance scripts from v2.3.0 (the 25.04 container) turn it off under
     # Megatron-Core FSDP ("Currently FSDP does not support FP8 param gather",
     # scripts/performance/utils.py); Megatron-Bridge's keep it (scripts/performance at fa0315ae)
+    date = software_date(case)
     nemo_fsdp = ("nemo" in text and "megatron-bridge" not in text and zero_stage(case) >= 3
-                 and software_date(case) >= (2025, 4))  # fmt: skip
-    return (bool(re.search(r"megatron[- ]bridge|nemo", text)) and software_date(case) >= (2024, 12)
-            and not nemo_fsdp)  # fmt: skip
+                 and date >= (2025, 4))  # fmt: skip
+    nemo2 = bool(re.search(r"megatron[- ]bridge|nemo", text)) and date >= (2024, 12)
+    return nemo2 and not nemo_fsdp
 
 
 def _fp8_recipe(case: dict[str, Any]) -> str:

@@ -164,17 +164,21 @@ def test_a_scenario_and_a_space_name_the_expert_tensor_parallel_they_cannot_take
     raw["workload"] |= {"kind": "inference", "input_tokens": 128, "output_tokens": 128}
     raw["mapping"]["expert_parallel"] = 2
     assert load_scenario(write_yaml(raw)).mapping.expert_tensor_parallel == 1
-    from deepflow.datasets.space import space_from_text
-
-    space = {"description": "t", "base": raw, "sampler": "sobol",
-             "variables": {"expert_tensor_parallel": {"type": "categorical",
-                                                      "choices": [1, 2]}}}  # fmt: skip
-    with pytest.raises(ConfigError) as err:
-        space_from_text(yaml.safe_dump(space), file="space.yaml")
-    assert str(err.value) == (
+    assert _space_varying_error(raw, "expert_tensor_parallel") == (
         "space.yaml: variables.expert_tensor_parallel cannot vary: which expert-parallel "
         "degrees are valid depends on it; set it in base.mapping (one space per expert layout)."
     )
+
+
+def _space_varying_error(base: dict, key: str) -> str:
+    """The error of a design space over ``base`` that varies the fixed mapping key ``key``."""
+    from deepflow.datasets.space import space_from_text
+
+    space = {"description": "t", "base": base, "sampler": "sobol",
+             "variables": {key: {"type": "categorical", "choices": [1, 2]}}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        space_from_text(yaml.safe_dump(space), file="space.yaml")
+    return str(err.value)
 
 
 def test_a_scenario_and_a_space_name_the_hybrid_sharding_replicas_they_cannot_take(
@@ -193,14 +197,7 @@ def test_a_scenario_and_a_space_name_the_hybrid_sharding_replicas_they_cannot_ta
     )
     raw["mapping"]["data_parallel_replicas"] = 2
     assert load_scenario(write_yaml(raw)).mapping.data_parallel_replicas == 2
-    from deepflow.datasets.space import space_from_text
-
-    space = {"description": "t", "base": raw, "sampler": "sobol",
-             "variables": {"data_parallel_replicas": {"type": "categorical",
-                                                      "choices": [1, 2]}}}  # fmt: skip
-    with pytest.raises(ConfigError) as err:
-        space_from_text(yaml.safe_dump(space), file="space.yaml")
-    assert str(err.value) == (
+    assert _space_varying_error(raw, "data_parallel_replicas") == (
         "space.yaml: variables.data_parallel_replicas cannot vary: which data-parallel "
         "degrees are valid depends on it; set it in base.mapping (one space per "
         "hybrid-sharding layout)."
