@@ -56,6 +56,7 @@ __all__ = [
 CATEGORIES = ("gemm_microbenchmark", "grouped_gemm_microbenchmark", "serving_gemm_microbenchmark",
               "collective_microbenchmark",
               "float8_linear_microbenchmark", "memory_bandwidth_microbenchmark",
+              "attention_microbenchmark",
               "end_to_end_training", "peak_memory", "inference")  # fmt: skip
 
 #: Categories of the public groups, for cases that omit ``category``.

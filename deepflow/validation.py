@@ -40,6 +40,7 @@ __all__ = [
     "MAMF_SWEEP",
     "SERVING_GEMM_CATEGORIES",
     "TRAINING_GROUPS",
+    "attention_microbenchmarks",
     "case_scenario",
     "float8_linear_case_caps",
     "float8_linear_microbenchmarks",
@@ -51,6 +52,7 @@ __all__ = [
     "hbm_stream_microbenchmarks",
     "load_cases",
     "measured_step_time_s",
+    "score_attention_cases",
     "score_collective_cases",
     "score_float8_linear_case",
     "score_gemm_cases",
@@ -341,6 +343,67 @@ def score_hbm_stream_cases(
         rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
                      "peak_GBps": caps.hbm_bandwidth_Bps / 1e9, "measured_GBps": measured,
                      "model_GBps": model, "error": model / measured - 1.0})  # fmt: skip
+    return rows
+
+
+def attention_microbenchmarks() -> list[dict[str, Any]]:
+    """The public set's fused-attention microbenchmarks across sequence lengths (``category:
+    attention_microbenchmark``)."""
+    return [c for c in load_measurements() if case_category(c) == "attention_microbenchmark"]
+
+
+def score_attention_cases(
+    cases: list[dict[str, Any]] | None = None,
+    *,
+    overhead_override: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """Model vs measured rate of a causal fused-attention kernel at ``attention.seq_len``
+    tokens relative to the same kernel's at ``attention.reference_seq_len`` (the length at
+    which the families' attention efficiencies are stated): the shape the training model's
+    attention takes over the length (``attention_length_factor`` of the transformer layer with
+    the family's ``attention_block_overhead``, and the causal mask's executed tiles,
+    docs/model.md §C6.2), against the benchmark's TFLOP/s, which count the unmasked half.
+    ``overhead_override``: family -> ``attention_block_overhead`` to score with instead of the
+    calibration's (the fit, ``benchmarks/fit_attention.py``).
+
+    Raises:
+        ConfigError: a case without a causal mask, or without positive lengths and rates.
+    """
+    from deepflow.oracle.workloads.transformer.layer import (
+        attention_length_factor,
+        causal_executed_fraction,
+    )
+
+    rows = []
+    for case in attention_microbenchmarks() if cases is None else cases:
+        spec = case.get("attention") or {}
+        measured = case.get("measured") or {}
+        values = [spec.get("seq_len"), spec.get("reference_seq_len"), measured.get("tflops"),
+                  measured.get("tflops_at_reference")]  # fmt: skip
+        numbers = [float(v) for v in values
+                   if isinstance(v, int | float) and not isinstance(v, bool)]  # fmt: skip
+        if len(numbers) != 4 or min(numbers) <= 0:
+            raise ConfigError(f"case {case.get('id')!r}: attention.seq_len, reference_seq_len, "
+                              "measured.tflops and tflops_at_reference must be positive "
+                              "numbers.")  # fmt: skip
+        if spec.get("causal") is not True:
+            raise ConfigError(f"case {case.get('id')!r}: attention.causal must be true (the "
+                              "model's fused attention is causal).")  # fmt: skip
+        tokens, reference, rate, rate_reference = numbers
+        caps = device_caps(load_device(accelerator_presets(case)[0]), "bf16")
+        overhead = caps.attention_block_overhead
+        if overhead_override and caps.family in overhead_override:
+            overhead = overhead_override[caps.family]
+
+        def seconds_per_unmasked_flop(n: float, c0: float = overhead) -> float:
+            # the tiles the kernel runs over the unmasked half the benchmark counts
+            return causal_executed_fraction(n) / 0.5 * float(attention_length_factor(n, c0))
+
+        model = seconds_per_unmasked_flop(reference) / seconds_per_unmasked_flop(tokens)
+        measured_ratio = rate / rate_reference
+        rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
+                     "measured": measured_ratio, "model": model,
+                     "error": model / measured_ratio - 1.0})  # fmt: skip
     return rows
 
 
@@ -786,6 +849,10 @@ def _score_one(case: dict[str, Any]) -> dict[str, Any]:
         (r,) = score_serving_gemm_cases([case])
         return {"quantity": "TFLOP/s", "measured": r["measured_tflops"],
                 "model": r["model_tflops"], "error": r["error"]}  # fmt: skip
+    if kind == "attention_microbenchmark":
+        (r,) = score_attention_cases([case])
+        return {"quantity": "rate ratio", "measured": r["measured"], "model": r["model"],
+                "error": r["error"]}  # fmt: skip
     if kind == "memory_bandwidth_microbenchmark":
         (r,) = score_hbm_stream_cases([case])
         return {"quantity": "GB/s", "measured": r["measured_GBps"],

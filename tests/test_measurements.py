@@ -280,7 +280,8 @@ def test_cli_rejects_a_file_where_nothing_can_be_scored(tmp_path: Path) -> None:
         f"error: {path}: no case could be scored (case 'c0': category None is not one "
         "deepflow scores (known: gemm_microbenchmark, grouped_gemm_microbenchmark, "
         "serving_gemm_microbenchmark, collective_microbenchmark, float8_linear_microbenchmark, "
-        "memory_bandwidth_microbenchmark, end_to_end_training, peak_memory, inference))."
+        "memory_bandwidth_microbenchmark, attention_microbenchmark, end_to_end_training, "
+        "peak_memory, inference))."
     )
 
 
@@ -1078,6 +1079,63 @@ def test_the_triton_attention_rate_is_fitted_on_ampere_and_carried_to_hopper() -
     assert hopper.attention_efficiency_triton < hopper.attention_efficiency
 
 
+def test_attention_sweeps_across_lengths_set_each_familys_query_block_overhead() -> None:
+    """cudnn-frontend's SDPA tables (cuDNN and FlashAttention-2, bf16, causal, 2k-32k tokens)
+    are scored as each kernel's rate relative to its rate at 8k tokens, and
+    benchmarks/fit_attention.py's per-family fit of that shape is the calibration's: Hopper's
+    from H200, Blackwell's from B200, GB200 and GB300, the other GPU families Hopper's, the
+    TPU none (docs/model.md §C6.2)."""
+    from deepflow.config.calibration import current_calibration
+    from deepflow.validation import attention_microbenchmarks, score_attention_cases
+
+    cases = attention_microbenchmarks()
+    groups = {c["group"] for c in cases}
+    assert groups == {"cudnn_frontend_sdpa_hopper", "cudnn_frontend_sdpa_blackwell"}
+    assert all(c["source"]["url"].startswith("https://github.com/NVIDIA/cudnn-frontend/blob/")
+               for c in cases)  # fmt: skip
+    rows = score_attention_cases(cases)
+    assert {r["family"] for r in rows} == {"hopper", "blackwell"}
+    for family, bound in (("hopper", 0.05), ("blackwell", 0.10)):
+        errors = [abs(r["error"]) for r in rows if r["family"] == family]
+        assert sum(errors) / len(errors) < bound
+    fitted = _script("fit_attention").fit()
+    assert set(fitted) == {"hopper", "blackwell", "ampere", "volta", "generic"}
+    for family, value in fitted.items():
+        overhead = current_calibration().kernel(family).attention_block_overhead
+        assert value == pytest.approx(overhead, abs=1e-9)
+    assert fitted["ampere"] == fitted["volta"] == fitted["generic"] == fitted["hopper"] > 0
+    assert current_calibration().kernel("tpu").attention_block_overhead == 0.0
+    # the rate rises with the length in every series, as the model's does
+    short = [r for r in rows if r["id"].endswith("_2k")]
+    assert short and all(r["measured"] < 1 and r["model"] < 1 for r in short)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"causal": False},
+            "attention.causal must be true (the model's fused attention is causal).",
+        ),
+        (
+            {"seq_len": 0},
+            "attention.seq_len, reference_seq_len, measured.tflops and "
+            "tflops_at_reference must be positive numbers.",
+        ),
+    ],
+)
+def test_an_attention_case_that_cannot_be_read_is_a_clear_error(
+    change: dict[str, Any], message: str
+) -> None:
+    from deepflow.validation import attention_microbenchmarks, score_attention_cases
+
+    case = copy.deepcopy(attention_microbenchmarks()[0])
+    case["attention"].update(change)
+    with pytest.raises(ConfigError) as err:
+        score_attention_cases([case])
+    assert str(err.value) == f"case {case['id']!r}: {message}"
+
+
 def test_the_dense_overlap_exponent_is_fitted_to_the_dense_gemms_without_block_scales() -> None:
     """benchmarks/fit_moe_gemm.py fits Hopper's ``gemm_overlap_exponent_dense`` to the public
     dense GEMMs without block scales (vLLM's H100 table) alone, and the calibration holds it;
@@ -1269,9 +1327,10 @@ def test_a_group_pattern_that_matches_nothing_is_a_clear_error(tmp_path: Path) -
         validation_report(group="nomatch*")
     assert str(err.value).startswith(
         "the public set: no case's group or id matches 'nomatch*' (a shell-style pattern, e.g. "
-        "'megatron*'); its groups: allreduce_bench_h200_node, deepgemm_dense_h800, "
+        "'megatron*'); its groups: allreduce_bench_h200_node, cudnn_frontend_sdpa_blackwell, "
+        "cudnn_frontend_sdpa_hopper, deepgemm_dense_h800, "
     )
-    assert str(err.value).endswith(" (31 in all).")
+    assert str(err.value).endswith(" (33 in all).")
     path = tmp_path / "cases.json"
     path.write_text(json.dumps([_case("korthikanti2022_table5", 0)]), encoding="utf-8")
     result = runner.invoke(app, ["validate", "--cases", str(path), "--group", "x*"])

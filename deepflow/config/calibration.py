@@ -195,6 +195,10 @@ class KernelCalibration:
         doc="FlashAttention in pre-MLIR Triton, forward + backward / peak "
         "(0: as attention_efficiency)",
     )  # fmt: skip
+    attention_block_overhead: float = key(
+        "attention_block_overhead", ge=0, default=0.0,
+        doc="a fused-attention query block's fixed work, in key-block iterations (§C6.2)",
+    )  # fmt: skip
     grouped_gemm_efficiency: float = key(
         "grouped_gemm_efficiency", gt=0, le=1, default=1.0,
         doc="MoE grouped GEMM's matrix rate / a dense GEMM's (docs/model.md §D1)",

@@ -533,6 +533,8 @@ class DeviceCaps:
     attention_efficiency_fa3: float = 0.6
     attention_efficiency_trtllm: float = 0.6
     attention_efficiency_triton: float = 0.6
+    # a fused-attention query block's fixed work, in key-block iterations (docs/model.md §C6.2)
+    attention_block_overhead: float = 0.0
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
     # the p of a dense serving GEMM without block scales (grouped and block-scaled ones take
@@ -586,6 +588,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
         "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
+        "attention_block_overhead": cal.attention_block_overhead,
         "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
         "gemm_overlap_exponent_dense": cal.gemm_overlap_exponent_dense or cal.gemm_overlap_exponent,

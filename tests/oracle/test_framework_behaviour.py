@@ -122,6 +122,37 @@ def test_attention_kernels_rank_as_their_microbenchmarks() -> None:
     assert _tp8(attention_kernel="fa3")["gemm"] == _tp8(attention_kernel="fa2")["gemm"]
 
 
+def test_fused_attention_runs_slower_per_flop_over_short_sequences() -> None:
+    """A query block's fixed work beside its key loop (the family's attention_block_overhead,
+    §C6.2) weighs more over fewer keys: the rates the efficiencies state at 8k tokens fall
+    below it and rise above it; pre-MLIR Triton, whose rate is fitted at its runs' length,
+    keeps it at every length."""
+    from deepflow.oracle.workloads.transformer.layer import attention_length_factor
+
+    assert attention_length_factor(8192.0, 4.05) == 1.0
+    assert attention_length_factor(2048.0, 0.0) == 1.0
+    short, long = attention_length_factor(2048.0, 4.05), attention_length_factor(32768.0, 4.05)
+    assert attention_length_factor(1024.0, 4.05) > short > 1.0 > long
+    # a 128-key query block visits (2048/128 + 1)/2 = 8.5 key blocks: (8.5 + c0)/8.5 over the
+    # same at 8k, (32.5 + c0)/32.5
+    assert short == pytest.approx((1 + 4.05 / 8.5) / (1 + 4.05 / 32.5), rel=1e-12)
+
+    def attention_per_token_and_key(kernel: str, tokens: int) -> float:
+        s = llama(tensor_parallel=8, data_parallel=1, zero_stage=0, micro_batch_size=8,
+                  attention_kernel=kernel)  # fmt: skip
+        model = dataclasses.replace(s.workload.model, seq_length=tokens)
+        s = dataclasses.replace(s, workload=dataclasses.replace(s.workload, model=model))
+        return float(evaluate_one(s)["breakdown_s"]["attention"]) / tokens**2
+
+    flash = attention_per_token_and_key("fa2", 2048) / attention_per_token_and_key("fa2", 8192)
+    triton = (attention_per_token_and_key("triton", 2048)
+              / attention_per_token_and_key("triton", 8192))  # fmt: skip
+    # the causal mask's whole diagonal tiles weigh more at 2k for both (§C1.1); only
+    # FlashAttention-2 pays the query blocks' fixed work on top
+    assert flash == pytest.approx(triton * short, rel=0.02)
+    assert triton == pytest.approx((1 + 128 / 2048) / (1 + 128 / 8192), rel=0.02)
+
+
 def test_rowwise_fp8_is_slower_than_tensorwise_at_equal_shapes() -> None:
     tensorwise = evaluate_one(llama("fp8", tensor_parallel=8, data_parallel=1, zero_stage=0))
     rowwise = evaluate_one(

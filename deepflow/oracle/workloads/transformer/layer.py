@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from deepflow.config.mapping import KNOB
 from deepflow.config.specs import FP8_RECIPES
 from deepflow.oracle.hardware import DeviceCaps
 from deepflow.oracle.workloads.transformer.columns import (
@@ -21,6 +22,7 @@ from deepflow.oracle.workloads.transformer.columns import (
 from deepflow.oracle.workloads.transformer.shapes import Inputs, recomputed_share
 
 __all__ = [
+    "ATTENTION_REFERENCE_TOKENS",
     "Attention",
     "ContextComm",
     "Elementwise",
@@ -30,6 +32,8 @@ __all__ = [
     "LayerTimes",
     "TensorComm",
     "attention",
+    "attention_length_factor",
+    "causal_executed_fraction",
     "context_comm",
     "elementwise",
     "expert_comm",
@@ -48,6 +52,38 @@ _FLASH_BWD = 2.5
 #: in shared memory, B_r ≤ 128 (Dao, arXiv 2307.08691, Algorithm 1; docs/model.md §C6.2).
 _FLASH_MAX_BLOCK = 128.0
 _FLASH_BLOCKS_IN_SRAM = 3.0
+#: The keys per query at which the families' fused-attention efficiencies are stated: Shah et
+#: al.'s Hopper figures and cudnn-frontend's Blackwell tables, 8k tokens (docs/model.md §C6.2).
+ATTENTION_REFERENCE_TOKENS = 8192.0
+#: The ``attention_kernel`` code of FlashAttention in pre-MLIR Triton, whose rate is fitted end
+#: to end at its runs' length (no microbenchmark across lengths): it keeps that rate (§C6.2).
+_TRITON = KNOB["attention_kernel"].codes["triton"]
+
+
+def causal_executed_fraction(tokens: Any) -> Any:
+    """The share of a causal attention's s × s score tiles that FlashAttention-class kernels
+    run: the lower triangle and the diagonal's whole tiles, (1 + w/s)/2 (docs/model.md §C1.1)."""
+    return (1.0 + _FLASH_KV_TILE / tokens) / 2.0
+
+
+def attention_length_factor(tokens: Any, overhead: Any) -> Any:
+    """Seconds per FLOP of a causal fused-attention kernel whose query blocks each visit the
+    keys of ``tokens`` positions, over the same at :data:`ATTENTION_REFERENCE_TOKENS`
+    (docs/model.md §C6.2). A query block (one CTA) runs n = (tokens/w + 1)/2 key blocks of
+    w = 128 under the causal mask (the executed fraction of §C1.1) plus a fixed ``overhead`` of
+    key-block iterations' worth of work beside its key loop (loading Q; the softmax's final
+    rescale and the writes of O and the log-sum-exp; the backward's dQ, dK and dV stores; the
+    pipeline's fill and drain), so its time is proportional to n + overhead for n's FLOPs.
+
+    Example:
+        >>> round(attention_length_factor(2048.0, 4.0), 3), attention_length_factor(8192.0, 4.0)
+        (1.309, 1.0)
+    """
+    blocks = causal_executed_fraction(tokens) * tokens / _FLASH_KV_TILE
+    reference = causal_executed_fraction(ATTENTION_REFERENCE_TOKENS) * (
+        ATTENTION_REFERENCE_TOKENS / _FLASH_KV_TILE
+    )
+    return (1.0 + overhead / blocks) / (1.0 + overhead / reference)
 
 
 class GemmTimes(NamedTuple):
@@ -126,7 +162,7 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     """
     p, s, s_loc, d_h, mb = i.p, i.s, i.s_loc, i.d_h, i.mb
     heads_loc = mb * i.a / i.tp
-    causal = (1.0 + _FLASH_KV_TILE / s) / 2.0
+    causal = causal_executed_fraction(s)
     attn_flops = 4.0 * heads_loc * s_loc * s * d_h * causal
     # 16-bit in FP8 training: Transformer Engine runs fused attention in BF16 unless FP8
     # attention is asked for (docs/model.md §C6.4)
@@ -134,7 +170,11 @@ def attention(caps: DeviceCaps, i: Inputs, o: Any) -> Attention:
     # the kernel the framework runs (FlashAttention-2, cuDNN, FlashAttention-3, TensorRT-LLM's;
     # §C6.2)
     efficiency = o.choose(i.x["attention_kernel"], caps.attention_efficiencies)
-    attn_rate = peak * efficiency * caps.training_sustained_fraction
+    # the efficiencies are stated at 8k keys; a query block's fixed work weighs more over fewer
+    # keys (the local queries' chunk under context parallelism), less over more (§C6.2)
+    length = o.where(i.x["attention_kernel"] == _TRITON, 1.0,
+                     attention_length_factor(s_loc, caps.attention_block_overhead))  # fmt: skip
+    attn_rate = peak * efficiency * caps.training_sustained_fraction / length
     qkvo_bytes = (2 * s_loc * i.a + 2 * s * i.kv) * d_h * mb / i.tp * p
     hbm_rate = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
     # The shared memory sizes the Q block: B_r = min(128, L1 / (3·d_h·p)); K and V stream
