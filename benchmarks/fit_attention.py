@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -41,11 +40,9 @@ def fit() -> dict[str, float]:
     """Family -> the fitted ``attention_block_overhead`` (measured families), and the
     anchor's value for :data:`DERIVED`."""
     cases = attention_microbenchmarks()
-    by_family: dict[str, list[float]] = defaultdict(list)
-    for row in score_attention_cases(cases):
-        by_family[row["family"]].append(row["measured"])
+    families = {row["family"] for row in score_attention_cases(cases)}
     fitted = {family: float(min(GRID, key=lambda c0, f=family: _loss(cases, f, c0)))
-              for family in by_family}  # fmt: skip
+              for family in families}  # fmt: skip
     if ANCHOR in fitted:
         fitted.update({family: fitted[ANCHOR] for family in DERIVED})
     return fitted
