@@ -375,6 +375,7 @@ def score_attention_cases(
     )
 
     rows = []
+    caps_of: dict[str, DeviceCaps] = {}  # per device preset (the fit scores every case often)
     for case in attention_microbenchmarks() if cases is None else cases:
         spec = case.get("attention") or {}
         measured = case.get("measured") or {}
@@ -390,16 +391,16 @@ def score_attention_cases(
             raise ConfigError(f"case {case.get('id')!r}: attention.causal must be true (the "
                               "model's fused attention is causal).")  # fmt: skip
         tokens, reference, rate, rate_reference = numbers
-        caps = device_caps(load_device(accelerator_presets(case)[0]), "bf16")
-        overhead = caps.attention_block_overhead
-        if overhead_override and caps.family in overhead_override:
-            overhead = overhead_override[caps.family]
-
-        def seconds_per_unmasked_flop(n: float, c0: float = overhead) -> float:
-            # the tiles the kernel runs over the unmasked half the benchmark counts
-            return causal_executed_fraction(n) / 0.5 * float(attention_length_factor(n, c0))
-
-        model = seconds_per_unmasked_flop(reference) / seconds_per_unmasked_flop(tokens)
+        preset = accelerator_presets(case)[0]
+        if preset not in caps_of:
+            caps_of[preset] = device_caps(load_device(preset), "bf16")
+        caps = caps_of[preset]
+        overhead = (overhead_override or {}).get(caps.family, caps.attention_block_overhead)
+        # seconds per unmasked FLOP (the benchmark's count) go as the executed tiles times the
+        # length factor; the rate ratio is the inverse ratio of those
+        cost = [causal_executed_fraction(n) * float(attention_length_factor(n, overhead))
+                for n in (reference, tokens)]  # fmt: skip
+        model = cost[0] / cost[1]
         measured_ratio = rate / rate_reference
         rows.append({"id": case["id"], "group": case["group"], "family": caps.family,
                      "measured": measured_ratio, "model": model,

@@ -44,6 +44,7 @@ from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.base import StepResult, Workload
 from deepflow.oracle.workloads.transformer.columns import transformer_values
+from deepflow.oracle.workloads.transformer.layer import causal_executed_fraction
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 
 __all__ = [
@@ -74,8 +75,6 @@ INFERENCE_COLUMNS = (
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
                    "active_batch")  # fmt: skip
-#: FlashAttention's KV tile: the causal prefill executes (1 + w/s)/2 of the square (§C1.1).
-_FLASH_KV_TILE = 128.0
 #: Logits are upcast to fp32 for sampling (vLLM v1 Sampler: ``logits.to(torch.float32)``;
 #: TensorRT-LLM's sampler keeps float logits): bytes per vocabulary entry of an emitting token.
 _LOGIT_BYTES = 4.0
@@ -363,7 +362,7 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     kv_bytes = 2 * decode * context * read_heads * s.d_h * x["kv_cache_bytes"]
     dec = np.maximum(4 * decode * context * s.q * s.d_h / rate, kv_bytes / bandwidth)
     s_in = x["input_tokens"]
-    causal = (1 + _FLASH_KV_TILE / s_in) / 2
+    causal = causal_executed_fraction(s_in)
     io = 2 * prompt_tokens * (s.q + 2 * s.kv) * s.d_h * s.p_act  # Q, K, V in; O out
     pre = np.maximum(4 * prompt_tokens * s_in * causal * s.q * s.d_h / rate, io / bandwidth)
     launch = caps.kernel_launch_s
