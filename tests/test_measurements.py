@@ -1158,6 +1158,33 @@ def test_the_dense_overlap_exponent_is_fitted_to_the_dense_gemms_without_block_s
     assert hopper.gemm_overlap_exponent_dense > hopper.gemm_overlap_exponent
 
 
+def test_blackwell_grouped_gemm_rates_are_fitted_to_tensorrt_llm_fused_moe_tables() -> None:
+    """benchmarks/fit_moe_layer.py fits Blackwell's grouped-GEMM rates to aiconfigurator's
+    TensorRT-LLM fused-MoE tables on B200 over the rows whose modelled GEMMs are FLOP-bound:
+    bf16 and fp8 at the dense rate (their fit above 1 is written as 1), nvfp4 at its own lower
+    rate, which only FP4 capabilities take (docs/model.md §D1)."""
+    from deepflow.config import load_device
+    from deepflow.config.calibration import current_calibration
+    from deepflow.oracle.hardware import device_caps
+
+    fit = _script("fit_moe_layer")
+    source = json.loads(fit.DATA.read_text())["source"]
+    assert source["url"].startswith("https://github.com/ai-dynamo/aiconfigurator/blob/095f58a5")
+    fitted = fit.fit()
+    assert set(fitted) == {"grouped_gemm_efficiency", "grouped_gemm_efficiency_fp4"}
+    blackwell = current_calibration().kernel("blackwell")
+    for key, f in fitted.items():
+        assert f["value"] == pytest.approx(getattr(blackwell, key), abs=1e-9)
+        assert f["bound_rows"] >= 20 and f["bound_error"] < 0.25
+    assert fitted["grouped_gemm_efficiency"]["raw"] > 1.0 == blackwell.grouped_gemm_efficiency
+    assert 0.5 < blackwell.grouped_gemm_efficiency_fp4 < 0.8
+    b200 = load_device("b200")
+    assert device_caps(b200, "fp4").grouped_gemm_efficiency == blackwell.grouped_gemm_efficiency_fp4
+    assert device_caps(b200, "fp8").grouped_gemm_efficiency == blackwell.grouped_gemm_efficiency
+    # a family without an FP4 table of its own keeps its one rate
+    assert current_calibration().kernel("hopper").grouped_gemm_efficiency_fp4 == 0.0
+
+
 def test_gb300_runs_cudnn_attention_faster_than_its_family_by_its_measured_ratio() -> None:
     """Blackwell Ultra's doubled exponential rate: GB300's cuDNN attention over GB200's on one
     cuDNN release (configs/devices/gb300.yaml); the other kernels and devices keep the

@@ -203,6 +203,11 @@ class KernelCalibration:
         "grouped_gemm_efficiency", gt=0, le=1, default=1.0,
         doc="MoE grouped GEMM's matrix rate / a dense GEMM's (docs/model.md §D1)",
     )  # fmt: skip
+    grouped_gemm_efficiency_fp4: float = key(
+        "grouped_gemm_efficiency_fp4", ge=0, le=1, default=0.0,
+        doc="an FP4 MoE grouped GEMM's matrix rate / a dense FP4 GEMM's (docs/model.md §D1); "
+            "0: as grouped_gemm_efficiency",
+    )  # fmt: skip
     gemm_overlap_exponent: float = key(
         "gemm_overlap_exponent", ge=1, default=math.inf,
         doc="p of a serving GEMM's roofline (t_flops^p + t_bytes^p)^(1/p), dense or grouped; "

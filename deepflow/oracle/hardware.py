@@ -589,7 +589,9 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
         "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
         "attention_block_overhead": cal.attention_block_overhead,
-        "grouped_gemm_efficiency": cal.grouped_gemm_efficiency,
+        # FP4 grouped GEMMs have their own rate where the family has a table of them
+        "grouped_gemm_efficiency": (cal.grouped_gemm_efficiency_fp4 if precision == "fp4" else 0.0)
+        or cal.grouped_gemm_efficiency,
         "gemm_overlap_exponent": cal.gemm_overlap_exponent,
         "gemm_overlap_exponent_dense": cal.gemm_overlap_exponent_dense or cal.gemm_overlap_exponent,
         "gemm_pipeline_round_trip_s": cal.gemm_pipeline_round_trip_s,

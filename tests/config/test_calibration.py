@@ -162,6 +162,7 @@ def test_the_dense_overlap_exponent_is_zero_or_at_least_one(tmp_path: Path) -> N
     ("key", "value", "rule"),
     [
         ("grouped_gemm_efficiency", 1.2, "> 0 and <= 1"),
+        ("grouped_gemm_efficiency_fp4", 1.2, ">= 0 and <= 1"),
         ("gemm_overlap_exponent", 0.5, ">= 1"),
     ],
 )
