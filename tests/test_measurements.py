@@ -1185,6 +1185,32 @@ def test_blackwell_grouped_gemm_rates_are_fitted_to_tensorrt_llm_fused_moe_table
     assert current_calibration().kernel("hopper").grouped_gemm_efficiency_fp4 == 0.0
 
 
+def test_tensorrt_llm_context_attention_is_fitted_per_family_to_its_tables() -> None:
+    """benchmarks/fit_serving_attention.py fits TensorRT-LLM's context-attention rate at 8k
+    tokens and its query block's fixed work to aiconfigurator's tables for each family with
+    one (A100; H100 and H200; B200), and the calibration holds them (docs/model.md §D1)."""
+    from deepflow.config.calibration import current_calibration
+
+    fit = _script("fit_serving_attention")
+    doc = json.loads(fit.DATA.read_text())
+    assert doc["source"]["repository"].startswith("https://github.com/ai-dynamo/aiconfigurator")
+    assert all(t["url"].startswith("https://github.com/ai-dynamo/aiconfigurator/blob/095f58a5")
+               for t in doc["tables"])  # fmt: skip
+    fitted = fit.fit()
+    assert set(fitted) == {"ampere", "hopper", "blackwell"}
+    for family, f in fitted.items():
+        kernel = current_calibration().kernel(family)
+        assert f["attention_efficiency_trtllm"] == pytest.approx(
+            kernel.attention_efficiency_trtllm, abs=1e-9
+        )
+        assert f["attention_block_overhead_trtllm"] == pytest.approx(
+            kernel.attention_block_overhead_trtllm, abs=1e-9
+        )
+        assert f["rows"] > 1000 and f["error"] < 0.08
+    # a family without a table keeps its rate at every length
+    assert current_calibration().kernel("volta").attention_block_overhead_trtllm == 0.0
+
+
 def test_gb300_runs_cudnn_attention_faster_than_its_family_by_its_measured_ratio() -> None:
     """Blackwell Ultra's doubled exponential rate: GB300's cuDNN attention over GB200's on one
     cuDNN release (configs/devices/gb300.yaml); the other kernels and devices keep the

@@ -199,6 +199,11 @@ class KernelCalibration:
         "attention_block_overhead", ge=0, default=0.0,
         doc="a fused-attention query block's fixed work, in key-block iterations (§C6.2)",
     )  # fmt: skip
+    attention_block_overhead_trtllm: float = key(
+        "attention_block_overhead_trtllm", ge=0, default=0.0,
+        doc="TensorRT-LLM's context FMHA's query-block fixed work, in key-block iterations "
+            "(serving prefill, docs/model.md §D1); 0: its rate at every length",
+    )  # fmt: skip
     grouped_gemm_efficiency: float = key(
         "grouped_gemm_efficiency", gt=0, le=1, default=1.0,
         doc="MoE grouped GEMM's matrix rate / a dense GEMM's (docs/model.md §D1)",

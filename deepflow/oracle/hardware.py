@@ -535,6 +535,7 @@ class DeviceCaps:
     attention_efficiency_triton: float = 0.6
     # a fused-attention query block's fixed work, in key-block iterations (docs/model.md §C6.2)
     attention_block_overhead: float = 0.0
+    attention_block_overhead_trtllm: float = 0.0  # TensorRT-LLM's context FMHA's (§D1)
     grouped_gemm_efficiency: float = 1.0  # MoE grouped GEMM's matrix rate / a dense GEMM's
     gemm_overlap_exponent: float = math.inf  # a serving GEMM's roofline p (inf: max of the two)
     # the p of a dense serving GEMM without block scales (grouped and block-scaled ones take
@@ -589,6 +590,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
         "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
         "attention_block_overhead": cal.attention_block_overhead,
+        "attention_block_overhead_trtllm": cal.attention_block_overhead_trtllm,
         # FP4 grouped GEMMs have their own rate where the family has a table of them
         "grouped_gemm_efficiency": (cal.grouped_gemm_efficiency_fp4 if precision == "fp4" else 0.0)
         or cal.grouped_gemm_efficiency,

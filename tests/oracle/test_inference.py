@@ -806,6 +806,43 @@ def test_moe_serving_runs_its_experts_as_grouped_gemms() -> None:
     assert tpot("mixtral-8x7b", 0.5) > tpot("mixtral-8x7b", 1.0)
 
 
+def test_tensorrt_llm_prefill_attention_runs_slower_per_flop_over_short_prompts() -> None:
+    """TensorRT-LLM's context attention carries a query block's fixed work (its family's
+    ``attention_block_overhead_trtllm``): a prompt's attention time scales by the length
+    factor, 1 at 8k tokens and above 1 below; other kernels keep their stated rate
+    (docs/model.md §D1)."""
+    from deepflow.oracle.evaluate import network_model
+    from deepflow.oracle.workloads.inference import inference_step
+    from deepflow.oracle.workloads.transformer.layer import attention_length_factor
+
+    def breakdown(prompt: int, kernel: str, overhead: float) -> dict[str, float]:
+        scenario = serving(input_tokens=prompt, output_tokens=2, global_batch_size=1,
+                           mapping={"attention_kernel": kernel})  # fmt: skip
+        caps = device_caps(scenario.system.device, scenario.workload.precision)
+        bent = dataclasses.replace(caps, attention_block_overhead_trtllm=overhead)
+        workload = workload_for(scenario.workload.model, "inference")
+        x = {
+            k: np.array([v])
+            for k, v in workload.columns(scenario.workload, scenario.mapping).items()
+        }
+        out = inference_step(bent, network_model(scenario), x, current_calibration().memory)
+        return {k: float(v[0]) for k, v in out["breakdown_s"].items()}
+
+    hopper = current_calibration().kernel("hopper").attention_block_overhead_trtllm
+    assert hopper > 0
+    launch = device_caps(serving().system.device, "bf16").kernel_launch_s
+    for prompt in (1024, 8192):
+        slow = breakdown(prompt, "trtllm", hopper)["prefill_attention"]
+        flat = breakdown(prompt, "trtllm", 0.0)["prefill_attention"]
+        factor = float(attention_length_factor(float(prompt), hopper))
+        layers = 32  # Llama 3 8B
+        assert (slow / layers - launch) == pytest.approx((flat / layers - launch) * factor,
+                                                         rel=1e-9)  # fmt: skip
+        assert factor > 1.0 if prompt < 8192 else factor == pytest.approx(1.0)
+        fa2 = [breakdown(prompt, "fa2", o)["prefill_attention"] for o in (0.0, hopper)]
+        assert fa2[0] == fa2[1]
+
+
 def test_a_tied_model_serves_from_one_vocabulary_matrix() -> None:
     untied = serving()
     model = dataclasses.replace(untied.workload.model, tied_embeddings=True)

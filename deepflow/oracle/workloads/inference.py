@@ -38,13 +38,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, MemoryCalibration
-from deepflow.config.mapping import expert_groups, expert_replicas
+from deepflow.config.mapping import KNOB, expert_groups, expert_replicas
 from deepflow.config.specs import MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
 from deepflow.oracle.network import NetworkModel
 from deepflow.oracle.workloads.base import StepResult, Workload
 from deepflow.oracle.workloads.transformer.columns import transformer_values
-from deepflow.oracle.workloads.transformer.layer import causal_executed_fraction
+from deepflow.oracle.workloads.transformer.layer import (
+    attention_length_factor,
+    causal_executed_fraction,
+)
 from deepflow.oracle.workloads.transformer.ops import ArrayOps
 
 __all__ = [
@@ -81,6 +84,9 @@ _LOGIT_BYTES = 4.0
 #: The CUDA-graph batch sizes TensorRT-LLM's performance overview captures (perf-overview.md,
 #: ``llm_options.yml``: ``cuda_graph_config.batch_sizes`` with ``enable_padding: true``).
 _GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+
+#: The ``attention_kernel`` code of TensorRT-LLM's own kernels (its context FMHA in prefill).
+_TRTLLM_KERNEL = KNOB["attention_kernel"].codes["trtllm"]
 
 
 class _Shape(NamedTuple):
@@ -345,6 +351,10 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     The kernels run at the attention efficiency of the framework's kernel (``attention_kernel``:
     FlashAttention-2 by default; TensorRT-LLM's own fused MHA, its Hopper context kernels and
     Blackwell's trtllm-gen ones, at ``attention_efficiency_trtllm``; docs/model.md §D1).
+    TensorRT-LLM's context kernels run a prompt's attention at that rate times the length
+    factor of its query blocks' fixed work (``attention_block_overhead_trtllm``: 1 at 8k
+    tokens, slower below; both fitted to its microbenchmarks, §D1); the others at their
+    stated rate.
 
     A decode reads each KV head's cache once for the query heads that share it (grouped-query
     attention; FlashAttention's and TensorRT-LLM's XQA kernels), or once per query head where
@@ -364,7 +374,14 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     s_in = x["input_tokens"]
     causal = causal_executed_fraction(s_in)
     io = 2 * prompt_tokens * (s.q + 2 * s.kv) * s.d_h * s.p_act  # Q, K, V in; O out
-    pre = np.maximum(4 * prompt_tokens * s_in * causal * s.q * s.d_h / rate, io / bandwidth)
+    # TensorRT-LLM's context kernels: their rate over the prompt's length (§D1)
+    length = np.where(
+        np.asarray(x["attention_kernel"]) == _TRTLLM_KERNEL,
+        attention_length_factor(s_in, caps.attention_block_overhead_trtllm),
+        1.0,
+    )
+    pre = np.maximum(4 * prompt_tokens * s_in * causal * s.q * s.d_h / rate * length,
+                     io / bandwidth)  # fmt: skip
     launch = caps.kernel_launch_s
     return np.where(decode > 0, dec + launch, 0.0) + np.where(prompt_tokens > 0, pre + launch,
                                                               0.0)  # fmt: skip
