@@ -23,6 +23,7 @@ import argparse
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from deepflow.config.loader import builtin_config_dir
@@ -186,3 +187,21 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def fit_main(doc: str, fit: Callable[[], dict], report: Callable[[dict], None],
+             values: Callable[[dict], dict[tuple[str, str], float]], key: str) -> None:  # fmt: skip
+    """A kernel fit script's command line: run ``fit``, print it with ``report`` and, with
+    ``--write``, set the (family, name) -> value pairs ``values`` takes from it in
+    configs/calibration/kernels.yaml in place (the four-space entries whose names match the
+    regex ``key``; comments kept)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    parser.add_argument("--write", action="store_true",
+                        help="update configs/calibration/kernels.yaml")  # fmt: skip
+    args = parser.parse_args()
+    fits = fit()
+    report(fits)
+    if args.write:
+        path = builtin_config_dir() / "calibration" / "kernels.yaml"
+        set_values(path, values(fits), indent=4, key=key, fmt=".3f")
+        print(f"wrote {path}")

@@ -25,7 +25,6 @@ each fit, its error over the FLOP-bound rows and over all rows, and the median r
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -33,16 +32,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from fit_gemm import set_values  # benchmarks/ is the script's folder
+from fit_gemm import fit_main  # benchmarks/ is the script's folder
 
-from deepflow.config.loader import builtin_config_dir, load_device
+from deepflow.config.loader import load_device
 from deepflow.oracle.hardware import DeviceCaps, device_caps
 from deepflow.oracle.workloads.inference import serving_gemm_time_s
 
 #: The microbenchmark table (committed extract with its source).
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_moe_b200.json"
-#: The calibration file the fitted constants go to.
-KERNELS_YAML = builtin_config_dir() / "calibration" / "kernels.yaml"
 #: The table's dtype -> the device precision whose rate it runs at.
 PRECISIONS = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
 #: Precision -> the calibration key of its grouped-GEMM rate.
@@ -127,23 +124,20 @@ def fit() -> dict[str, dict]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--write", action="store_true",
-                        help="update configs/calibration/kernels.yaml")  # fmt: skip
-    args = parser.parse_args()
-    fits = fit()
+def report(fits: dict[str, dict]) -> None:
+    """Print each fit, its errors and the median model/measured per shape."""
     for key, f in fits.items():
         print(f"blackwell {key}: {f['value']:.3f} (fit {f['raw']:.3f}) over {f['bound_rows']} "
               f"FLOP-bound rows of {f['rows']}: mean |error| {100 * f['bound_error']:.1f} % "
               f"(all rows {100 * f['all_error']:.1f} %)")  # fmt: skip
         for shape, median in f["shapes"].items():
             print(f"    {shape:<28} median model/measured {median:.2f}")
-    if args.write:
-        values = {("blackwell", k): f["value"] for k, f in fits.items()}
-        keys = "grouped_gemm_efficiency(?:_fp4)?"
-        set_values(KERNELS_YAML, values, indent=4, key=keys, fmt=".3f")
-        print(f"wrote {KERNELS_YAML}")
+
+
+def main() -> None:
+    fit_main(__doc__, fit, report,
+             lambda fits: {("blackwell", k): f["value"] for k, f in fits.items()},
+             key="grouped_gemm_efficiency(?:_fp4)?")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,15 +25,14 @@ values of each family in configs/calibration/kernels.yaml in place (comments kep
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from fit_gemm import set_values  # benchmarks/ is the script's folder
+from fit_gemm import fit_main  # benchmarks/ is the script's folder
 
-from deepflow.config.loader import builtin_config_dir, load_device
+from deepflow.config.loader import load_device
 from deepflow.oracle.hardware import device_caps
 from deepflow.oracle.workloads.transformer.layer import (
     attention_length_factor,
@@ -42,8 +41,8 @@ from deepflow.oracle.workloads.transformer.layer import (
 
 #: The microbenchmark tables (committed extract with their source).
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_context_attention.json"
-#: The calibration file the fitted constants go to.
-KERNELS_YAML = builtin_config_dir() / "calibration" / "kernels.yaml"
+#: The calibration keys fitted per family.
+KEYS = ("attention_efficiency_trtllm", "attention_block_overhead_trtllm")
 #: The rows that fill a GPU as a serving prefill does.
 MIN_BATCH_TOKENS, MIN_PROMPT, MIN_HEADS = 8192, 512, 8
 EFFICIENCIES = np.round(np.arange(0.200, 0.8001, 0.001), 3)
@@ -105,27 +104,20 @@ def fit() -> dict[str, dict]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--write", action="store_true",
-                        help="update configs/calibration/kernels.yaml")  # fmt: skip
-    args = parser.parse_args()
-    fits = fit()
+def report(fits: dict[str, dict]) -> None:
+    """Print each family's fit and its median error by prompt length."""
     for family, f in fits.items():
         print(f"{family:<10} attention_efficiency_trtllm {f['attention_efficiency_trtllm']:.3f}, "
               f"attention_block_overhead_trtllm {f['attention_block_overhead_trtllm']:.2f} over "
               f"{f['rows']} rows: mean |error| {100 * f['error']:.1f} %")  # fmt: skip
         print("    median error by prompt length: " + ", ".join(
             f"{s} {100 * e:+.0f} %" for s, e in f["lengths"].items()))  # fmt: skip
-    if args.write:
-        values = {
-            (family, key): f[key]
-            for family, f in fits.items()
-            for key in ("attention_efficiency_trtllm", "attention_block_overhead_trtllm")
-        }
-        set_values(KERNELS_YAML, values, indent=4, fmt=".3f",
-                   key="attention_(?:efficiency|block_overhead)_trtllm")  # fmt: skip
-        print(f"wrote {KERNELS_YAML}")
+
+
+def main() -> None:
+    fit_main(__doc__, fit, report,
+             lambda fits: {(family, key): f[key] for family, f in fits.items() for key in KEYS},
+             key="attention_(?:efficiency|block_overhead)_trtllm")  # fmt: skip
 
 
 if __name__ == "__main__":
