@@ -16,11 +16,12 @@ source.
 Per family, the two constants minimise the squared log error of the modelled time (the FLOPs
 of the causal blocks the kernel runs, ``4·b·s²·causal(s)·H·d``, at the efficiency times the
 length factor) over the rows that fill the GPU the way a serving prefill does: at least 8,192
-tokens in the batch (trtllm-bench's default ``max_num_tokens``), prompts of 512 tokens or more
-and 8 or more query heads (a grid search: efficiency 0.200 ... 0.800 by 0.001, overhead 0 ...
-12 by 0.01; the kernel at a microbenchmark's clocks, the serving model applying the family's
-sustained fraction). Prints each fit and its per-length error; ``--write`` updates the two
-values of each family in configs/calibration/kernels.yaml in place (comments kept).
+tokens in the batch (TensorRT-LLM's default ``max_num_tokens``), prompts of 512 tokens or more
+and 8 or more query heads (a grid search over the overhead, 0 ... 12 by 0.01, each with the
+efficiency's closed-form log fit rounded to 0.001; the kernel at a microbenchmark's clocks, the
+serving model applying the family's sustained fraction). Prints each fit and its per-length
+error; ``--write`` updates the two values of each family in configs/calibration/kernels.yaml in
+place (comments kept).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_context_attent
 KEYS = ("attention_efficiency_trtllm", "attention_block_overhead_trtllm")
 #: The rows that fill a GPU as a serving prefill does.
 MIN_BATCH_TOKENS, MIN_PROMPT, MIN_HEADS = 8192, 512, 8
-EFFICIENCIES = np.round(np.arange(0.200, 0.8001, 0.001), 3)
 OVERHEADS = np.round(np.arange(0.0, 12.0001, 0.01), 2)
 HEAD_DIM = 128.0
 
@@ -57,8 +57,8 @@ def tables() -> dict[str, dict[str, np.ndarray]]:
     columns = doc["columns"]
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for table in doc["tables"]:
-        caps = device_caps(load_device(table["device"]), "bf16")
-        family = load_device(table["device"]).family
+        device = load_device(table["device"])
+        caps, family = device_caps(device, "bf16"), device.family
         for row in table["rows"]:
             r = dict(zip(columns, row, strict=True))
             if (r["batch"] * r["isl"] < MIN_BATCH_TOKENS or r["isl"] < MIN_PROMPT
@@ -88,10 +88,8 @@ def fit() -> dict[str, dict]:
         best = None
         for overhead in OVERHEADS:
             length = attention_length_factor(t["isl"], overhead)
-            # at a given overhead the efficiency's least-squares log fit is closed-form; take
-            # the grid point nearest it
-            eta = float(np.exp(np.mean(np.log(length / measured))))
-            eta = float(EFFICIENCIES[int(np.argmin(np.abs(EFFICIENCIES - eta)))])
+            # at a given overhead the efficiency's least-squares log fit is closed-form
+            eta = round(float(np.exp(np.mean(np.log(length / measured)))), 3)
             loss = float(np.mean(np.log(length / eta / measured) ** 2))
             if best is None or loss < best[0]:
                 best = (loss, eta, float(overhead))
