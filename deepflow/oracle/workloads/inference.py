@@ -363,8 +363,8 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     release notes add "MMHA optimization for MQA and GQA",
     https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/release-notes.md; docs/model.md
     §D1)."""
-    efficiency = np.choose(np.asarray(x["attention_kernel"]).astype(int),
-                           caps.attention_efficiencies)  # fmt: skip
+    kernel = np.asarray(x["attention_kernel"]).astype(int)
+    efficiency = np.choose(kernel, caps.attention_efficiencies)
     rate = caps.peak_flops / _slow16(caps) * efficiency * caps.training_sustained_fraction
     # as training's attention (§C6.2)
     bandwidth = caps.hbm_bandwidth_Bps * caps.hbm_efficiency
@@ -376,7 +376,7 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     io = 2 * prompt_tokens * (s.q + 2 * s.kv) * s.d_h * s.p_act  # Q, K, V in; O out
     # TensorRT-LLM's context kernels: their rate over the prompt's length (§D1)
     length = np.where(
-        np.asarray(x["attention_kernel"]) == _TRTLLM_KERNEL,
+        kernel == _TRTLLM_KERNEL,
         attention_length_factor(s_in, caps.attention_block_overhead_trtllm),
         1.0,
     )
