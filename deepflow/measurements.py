@@ -1198,6 +1198,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     * the share of free memory trtllm-bench's KV-cache pool takes
       (:func:`kv_cache_memory_fraction`);
     * how the scheduler reserves KV cache (:func:`kv_cache_reservation`);
+    * whether the server's buffers come from PyTorch's caching allocator
+      (:func:`caching_allocator`);
     * how its decode attention kernel reads a grouped-query model's KV cache
       (:func:`decode_kv_reads`);
     * whether its first token comes from a decode iteration (:func:`first_token_from_decode`).
@@ -1211,6 +1213,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         "arrivals": "offline" if offline_run(case) else "closed_loop",
         "cuda_graph_padding": "padding on" in graphs or "enable_padding" in graphs,
         "kv_cache_reservation": kv_cache_reservation(case),
+        "caching_allocator": caching_allocator(case),
         "decode_kv_reads": decode_kv_reads(case),
         "first_token_from_decode": first_token_from_decode(case),
     }
@@ -1278,6 +1281,23 @@ def kv_cache_reservation(case: dict[str, Any]) -> str:
         if version is None or (int(version[1]), int(version[2])) >= (0, 1):
             return "on_demand"
     return "full_context"
+
+
+def caching_allocator(case: dict[str, Any]) -> bool:
+    """Whether the case's server takes its device buffers from PyTorch's caching allocator
+    (whose fragmentation the memory model adds, docs/model.md §C2.5, §D3): true for a Python
+    server (TensorRT-LLM's PyTorch backend, vLLM, SGLang); false for a C++ engine that
+    allocates its weights, KV cache and workspaces once with cudaMalloc or cudaMallocAsync:
+    TensorRT-LLM's TensorRT runtime (gptSessionBenchmark / gptManagerBenchmark, a TensorRT
+    engine; NVIDIA/TensorRT-LLM v0.6.1 ``cpp/include/tensorrt_llm/runtime/tllmBuffers.h``,
+    ``CudaAllocator`` and ``CudaAllocatorAsync``) and LMDeploy's TurboMind
+    (``src/turbomind/utils/allocator.h`` at v0.1.0, ``Allocator<AllocatorType::CUDA>`` on the
+    device's default stream-ordered pool; its ``BlockManager`` allocates the KV blocks in
+    chunks)."""
+    inf = case.get("inference") or {}
+    text = str(inf.get("framework") or "").lower()
+    engine = r"tensorrt engine|gptsessionbenchmark|gptmanagerbenchmark|turbomind"
+    return not re.search(engine, text)
 
 
 def first_token_from_decode(case: dict[str, Any]) -> bool:

@@ -604,6 +604,29 @@ def serving_case_scenario(case: dict[str, Any]) -> Any:
         return inference_case_scenario(case, batch=max(1, int(probe["max_concurrency"])))
 
 
+#: A throughput column whose source does not say whether it is per GPU or the system's total.
+_UNSTATED_SCOPE = "output_tokens_per_s_column_scope_unstated"
+
+
+def _serving_devices(case: dict[str, Any]) -> int:
+    """The GPUs a serving case ran on (``inference.num_gpus``, else ``hardware.num_gpus``)."""
+    for part in ("inference", "hardware"):
+        value = (case.get(part) or {}).get("num_gpus")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            return int(value)
+    return 1
+
+
+def _serving_measured(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's measured figures, with a throughput column of unstated scope read as the
+    total where the run had one GPU (its per-GPU figure and its total are then the same)."""
+    measured = dict(case.get("measured") or {})
+    unstated = measured.get(_UNSTATED_SCOPE)
+    if unstated is not None and _serving_devices(case) == 1:
+        measured.setdefault("output_tokens_per_s_total", unstated)
+    return measured
+
+
 def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Model vs measured serving figures of one case: a row per quantity it states
     (throughput, TTFT, TPOT; :data:`deepflow.measurements.SERVING_QUANTITIES`), in the group
@@ -613,11 +636,23 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     from deepflow.measurements import SERVING_QUANTITIES
     from deepflow.oracle.evaluate import evaluate_one
 
-    measured = case.get("measured") or {}
+    measured = _serving_measured(case)
     stated = [(next(k for k in keys if measured.get(k) is not None), output, label)
               for keys, output, label in SERVING_QUANTITIES
               if any(measured.get(k) is not None for k in keys)]  # fmt: skip
     if not stated:
+        if measured.get("layer_latency_s_sum_of_ops") is not None:
+            raise ConfigError(
+                f"case {case.get('id')!r}: measured.layer_latency_s_sum_of_ops sums one "
+                "layer's operators timed one by one, not a served request's latency or "
+                "throughput, which is what deepflow's serving model gives."
+            )
+        if measured.get(_UNSTATED_SCOPE) is not None:
+            raise ConfigError(
+                f"case {case.get('id')!r}: its throughput column "
+                f"(measured.{_UNSTATED_SCOPE}) does not say whether it is per GPU or the total "
+                f"of its {_serving_devices(case)} GPUs, and it states no other quantity."
+            )
         names = ", ".join(k for keys, _, _ in SERVING_QUANTITIES for k in keys)
         raise ConfigError(f"case {case.get('id')!r}: measured has none of {names}.")
     scenario = serving_case_scenario(case)

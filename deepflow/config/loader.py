@@ -95,8 +95,9 @@ FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
                  "output_tokens", "kv_cache_precision", "batching", "arrivals", "max_batch_size",
-                 "max_num_tokens", "kv_cache_reservation", "cuda_graph_padding",
-                 "decode_kv_reads", "first_token_from_decode", "weight_scale_block",
+                 "max_num_tokens", "kv_cache_reservation", "caching_allocator",
+                 "cuda_graph_padding", "decode_kv_reads", "first_token_from_decode",
+                 "weight_scale_block",
                  "kv_cache_memory_fraction", "host_us_per_request",
                  "electricity_usd_per_kWh",
                  "amortization_years")  # fmt: skip

@@ -364,6 +364,13 @@ class WorkloadSpec:
             "preallocates as its KV-cache pool (TensorRT-LLM's kv_cache_free_gpu_mem_fraction; "
             "0: the pool is what the caching allocator's fragmentation leaves)",
     )  # fmt: skip
+    caching_allocator: bool = key(
+        "caching_allocator", default=True,
+        doc="serving: the server's device buffers come from PyTorch's caching allocator, whose "
+            "fragmentation adds to the weights', activations' and KV cache's bytes; false for a "
+            "C++ engine that allocates them once with cudaMalloc / cudaMallocAsync (TensorRT-LLM's "
+            "TensorRT runtime, LMDeploy TurboMind)",
+    )  # fmt: skip
     cuda_graph_padding: bool = key(
         "cuda_graph_padding", default=False,
         doc="serving: decode-only iterations run the CUDA graph captured for the smallest "

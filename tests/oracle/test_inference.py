@@ -225,6 +225,30 @@ def test_a_preallocated_kv_pool_holds_its_share_of_the_free_memory() -> None:
     assert unused >= 0.1 * (r["memory_capacity_B"] - used) - m["fragmentation"]
 
 
+def test_a_cpp_engine_holds_more_requests_without_the_allocators_fragmentation() -> None:
+    # the KV cache fills what the weights, activations and reserves leave: PyTorch's caching
+    # allocator rounds and splits its blocks (its fragmentation on every allocated byte); a C++
+    # engine allocates once, so the same memory holds more requests
+    base = dict(global_batch_size=4096, output_tokens=2048)
+    cached = evaluate_one(serving(**base))
+    engine = evaluate_one(serving(**base, caching_allocator=False))
+    frag = current_calibration().memory.fragmentation
+    m, e = cached["memory_breakdown_B"], engine["memory_breakdown_B"]
+    allocated = sum(m[k] for k in ("weights", "kv_cache", "activations", "workspace"))
+    assert m["fragmentation"] == pytest.approx(frag * allocated, rel=1e-12)
+    assert e["fragmentation"] == 0 and e["weights"] == m["weights"]
+    assert engine["max_concurrency"] > cached["max_concurrency"] * (1 + frag / 2)
+    assert engine["memory_per_device_B"] <= engine["memory_capacity_B"]
+
+
+def test_nccl_buffers_come_with_a_replicas_peers() -> None:
+    # one device talks to no peer; tensor parallelism opens a communicator (its buffers)
+    nccl = current_calibration().memory.nccl_buffers_B
+    alone = evaluate_one(serving())["memory_breakdown_B"]
+    pair = evaluate_one(serving(mapping={"tensor_parallel": 2}, devices=2))["memory_breakdown_B"]
+    assert alone["nccl_buffers"] == 0 and pair["nccl_buffers"] == nccl
+
+
 def test_a_kv_pool_fraction_outside_0_to_1_is_rejected() -> None:
     for bad, shown in ((1.0, "1"), (-0.1, "-0.1")):
         with pytest.raises(ConfigError, match=r"workload.kv_cache_memory_fraction must be a "
@@ -493,6 +517,7 @@ def test_batch_equals_loop_of_singles() -> None:
         "kv_reads_per_query_head": [0, 1, 0, 1, 1],
         "first_token_from_decode": [0, 1, 1, 0, 0],
         "offline": [1, 0, 1, 0, 1],
+        "caching_allocator": [1, 0, 1, 1, 0],
     }
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
     keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
@@ -503,6 +528,7 @@ def test_batch_equals_loop_of_singles() -> None:
         changes["batching"] = "static" if columns["static_batching"][i] else "continuous"
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
         changes["first_token_from_decode"] = bool(columns["first_token_from_decode"][i])
+        changes["caching_allocator"] = bool(columns["caching_allocator"][i])
         changes["arrivals"] = "offline" if columns["offline"][i] else "closed_loop"
         changes["decode_kv_reads"] = ("per_query_head" if columns["kv_reads_per_query_head"][i]
                                       else "per_kv_head")  # fmt: skip

@@ -110,6 +110,17 @@ def test_allocator_terms_and_reserve() -> None:
     assert terms["nccl_buffers"] == cal.nccl_buffers_B
 
 
+def test_a_run_on_one_device_opens_no_nccl_communicator() -> None:
+    # NCCL's buffers are a communicator's, per peer: one device has no peer to talk to
+    cal = current_calibration().memory
+    one = {"tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 1,
+           "context_parallel": 1}  # fmt: skip
+    total, alone = memory_of(llama(), **one)
+    _, paired = memory_of(llama(), **(one | {"data_parallel": 2}))
+    assert alone["nccl_buffers"] == 0 and paired["nccl_buffers"] == cal.nccl_buffers_B
+    assert sum(alone.values()) == pytest.approx(total, rel=1e-12)
+
+
 #: A Llama 3 8B layer at 8k tokens, one sequence, FlashAttention (activation bytes' columns).
 _LLAMA8B_LAYER = {
     "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,

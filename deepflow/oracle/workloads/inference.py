@@ -71,7 +71,7 @@ INFERENCE_COLUMNS = (
     "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
     "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
-    "kv_cache_memory_fraction", "attention_kernel",
+    "kv_cache_memory_fraction", "caching_allocator", "attention_kernel",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel",
 )  # fmt: skip
@@ -450,12 +450,13 @@ def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
     the offered ones."""
     memory, per_request = _memory(caps, x, s, cal, np.zeros_like(x["global_batch_size"]))
     # total = (fixed + B·per_request)·(1 + fragmentation) + context + NCCL
+    frag = _fragmentation(x, cal)
     fixed = (
-        (memory["weights"] + memory["activations"] + memory["workspace"]) * (1 + cal.fragmentation)
+        (memory["weights"] + memory["activations"] + memory["workspace"]) * (1 + frag)
         + memory["cuda_context"]
         + memory["nccl_buffers"]
     )
-    free = (caps.hbm_capacity_B - fixed) / (1 + cal.fragmentation)
+    free = (caps.hbm_capacity_B - fixed) / (1 + frag)
     # a preallocated pool: the stated share of what is free once the model is loaded and one
     # iteration's activations have run (TensorRT-LLM's KvCacheCreator: the fraction of the
     # device's memory less the peak the allocator handed out in a profiling forward pass and
@@ -699,16 +700,28 @@ def _memory(
     pooled = x["kv_cache_memory_fraction"] > 0
     allocated = np.where(pooled, 0.0, weights + batch * kv) + activations + cal.workspace_B
     shape = weights.shape
+    # NCCL's buffers belong to communicators with peers: a replica on one device (no tensor or
+    # pipeline ranks, no expert group across replicas) opens none (§C2.5)
+    peers = (s.tp * s.pp > 1) | (s.moe & (s.ep_dp * s.etp_dp > 1))
     memory = {
         "weights": weights,
         "kv_cache": batch * kv,
         "activations": activations,
         "workspace": np.broadcast_to(cal.workspace_B, shape).astype(float),
-        "fragmentation": cal.fragmentation * allocated,
+        "fragmentation": _fragmentation(x, cal) * allocated,
         "cuda_context": np.broadcast_to(cal.cuda_context_B, shape).astype(float),
-        "nccl_buffers": np.broadcast_to(cal.nccl_buffers_B, shape).astype(float),
+        "nccl_buffers": np.where(peers, cal.nccl_buffers_B, 0.0) + np.zeros(shape),
     }
     return memory, per_request
+
+
+def _fragmentation(x: Mapping[str, F], cal: MemoryCalibration) -> F:
+    """The caching allocator's reserved / allocated − 1 where the server's buffers come from
+    PyTorch's caching allocator; none for a C++ engine that allocates its weights, KV cache and
+    workspaces once with cudaMalloc / cudaMallocAsync (``caching_allocator`` false: TensorRT-LLM's
+    TensorRT runtime, ``tllmBuffers.h`` CudaAllocator / CudaAllocatorAsync; LMDeploy TurboMind,
+    ``Allocator<AllocatorType::CUDA>`` on the device's stream-ordered pool; §D3)."""
+    return np.where(x["caching_allocator"] > 0, cal.fragmentation, 0.0)
 
 
 class InferenceWorkload(Workload):
@@ -736,6 +749,7 @@ class InferenceWorkload(Workload):
             "first_token_from_decode": float(workload.first_token_from_decode),
             "weight_scale_block": float(workload.weight_scale_block),
             "kv_cache_memory_fraction": float(workload.kv_cache_memory_fraction),
+            "caching_allocator": float(workload.caching_allocator),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 

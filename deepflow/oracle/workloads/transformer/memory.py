@@ -416,7 +416,9 @@ def memory(
     # c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc), so the buffers add
     # only what exceeds the memory the backward freed
     after = after_b * n
-    around = cal.cuda_context_B + cal.nccl_buffers_B  # outside the allocator
+    # NCCL's buffers belong to communicators with peers: a run on one device opens none
+    nccl = o.where(i.tp * i.pp * i.dp * i.cp > 1, cal.nccl_buffers_B, 0.0) + 0.0 * n
+    around = cal.cuda_context_B + nccl  # outside the allocator
     with_cache = (sum(terms.values()) + after) * (1.0 + cal.fragmentation) + around
     freed = terms["activations"] + terms["logits"] + grad16
     fits = with_cache <= o.caps.hbm_capacity_B
@@ -429,7 +431,7 @@ def memory(
         ahead=cal.recorded_layers_ahead,
     )  # fmt: skip
     terms["cuda_context"] = cal.cuda_context_B + 0.0 * n
-    terms["nccl_buffers"] = cal.nccl_buffers_B + 0.0 * n
+    terms["nccl_buffers"] = nccl
     reserved = allocated + terms["fragmentation"] + terms["recorded_blocks"]
     total = reserved + terms["cuda_context"] + terms["nccl_buffers"]
     return Memory(terms=terms, allocated=allocated, reserved=reserved, total=total)
