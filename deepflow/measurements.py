@@ -1117,6 +1117,9 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         lengths.append(int(value))
     requests = _count(_get(inf, "batch_size", "max_concurrency")) or _count(
         inf.get("num_requests"))  # fmt: skip
+    if poisson_rate(case) is not None:
+        # Poisson arrivals: the run's requests are offered, its concurrency (if any) caps them
+        requests = _count(inf.get("num_requests")) or requests
     if requests is None and batch is None:
         raise ConfigError(f"{_where(case)}: inference.batch_size (or max_concurrency) is "
                           "missing.")  # fmt: skip
@@ -1188,7 +1191,8 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
       lockstep whatever the scheduler: each round's prompts arrive together and finish
       together); continuous (in-flight) batching otherwise;
     * an offline run (``arrivals: offline``) where all the case's requests were issued at once
-      (trtllm-bench throughput: "infinite request rate"; a static batch started together), a
+      (trtllm-bench throughput: "infinite request rate"; a static batch started together),
+      Poisson arrivals where it states a finite request rate (:func:`poisson_arrivals`), a
       closed loop of clients otherwise (:func:`offline_run`);
     * CUDA-graph padding of decode iterations where the case states padding is on
       (TensorRT-LLM ``cuda_graph_config.enable_padding``; trtllm-bench turns it on);
@@ -1232,7 +1236,10 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         out["max_batch_size"], out["max_num_tokens"] = trtllm_bench_limits(case, scenario)
     else:
         out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
-    return out
+    poisson = poisson_arrivals(case)
+    if poisson.get("max_batch_size") and out["max_batch_size"]:
+        poisson["max_batch_size"] = min(poisson["max_batch_size"], out["max_batch_size"])
+    return out | poisson
 
 
 def serving_attention_kernel(case: dict[str, Any]) -> str:
@@ -1243,6 +1250,34 @@ def serving_attention_kernel(case: dict[str, Any]) -> str:
     where its framework is TensorRT-LLM, a FlashAttention-2-class kernel (``fa2``) otherwise."""
     inf = case.get("inference") or {}
     return "trtllm" if "tensorrt-llm" in str(inf.get("framework") or "").lower() else "fa2"
+
+
+def poisson_rate(case: dict[str, Any]) -> float | None:
+    """The requests per second a case's client offered as a Poisson process, where it states a
+    finite ``request_rate``: vLLM's ``benchmarks/benchmark_serving.py`` and SGLang's
+    ``bench_serving`` draw the gaps between requests from an exponential distribution at
+    ``--request-rate`` (``burstiness`` 1, their default), not all at once; None otherwise."""
+    rate = (case.get("inference") or {}).get("request_rate")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < math.inf:
+        return float(rate)
+    return None
+
+
+def poisson_arrivals(case: dict[str, Any]) -> dict[str, Any]:
+    """Workload keys of a Poisson-arrival case (:func:`poisson_rate`): ``arrivals: poisson`` at
+    its rate, continuous batching, and the concurrency it caps the requests in flight at (per
+    data-parallel replica, as ``max_batch_size``); nothing for another case."""
+    rate = poisson_rate(case)
+    if rate is None:
+        return {}
+    inf = case.get("inference") or {}
+    out: dict[str, Any] = {"arrivals": "poisson", "request_rate": rate,
+                           "batching": "continuous"}  # fmt: skip
+    cap = _count(inf.get("max_concurrency"))
+    if cap is not None:
+        replicas = max(1, _count(inf.get("dp_replicas")) or 1)
+        out["max_batch_size"] = math.ceil(cap / replicas)
+    return out
 
 
 def offline_run(case: dict[str, Any]) -> bool:

@@ -20,6 +20,8 @@ from deepflow.measurements import (
     inference_case_scenario,
     kv_cache_reservation,
     offline_run,
+    poisson_arrivals,
+    poisson_rate,
     serving_scheduler,
     trtllm_bench_limits,
 )
@@ -103,6 +105,31 @@ def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> N
     case["inference"]["request_rate"] = 4.0
     assert not offline_run(case)
     assert not offline_run(_case("lmdeploy_l2_7b_a100_tp1_c16_128_128"))
+
+
+def test_a_finite_request_rate_is_read_as_poisson_arrivals() -> None:
+    # vLLM's benchmark_serving / SGLang's bench_serving at --request-rate 2: exponential gaps,
+    # the run's requests offered, a stated concurrency capping those in flight
+    case = _case("trtllm_l70b_h200_tp1_128_2048")
+    assert poisson_rate(case) is None and poisson_arrivals(case) == {}
+    case["inference"] |= {"request_rate": 2.0, "max_concurrency": 64}
+    assert poisson_rate(case) == 2.0
+    workload = inference_case_scenario(case).workload
+    assert (workload.arrivals, workload.request_rate) == ("poisson", 2.0)
+    assert workload.global_batch_size == case["inference"]["num_requests"]
+    assert workload.max_batch_size == 64 and workload.batching == "continuous"
+    for rate in ("inf", 0, -1.0, True):
+        case["inference"]["request_rate"] = rate
+        assert poisson_rate(case) is None
+    # at 0.25 requests a second the server serves the rate; flooded, the offline run's
+    case["inference"] |= {"request_rate": 0.25}
+    del case["inference"]["max_concurrency"]
+    (slow,) = score_inference_case(case)
+    assert slow["model"] == pytest.approx(0.25 * 2048, rel=0.02)
+    case["inference"]["request_rate"] = 1e6
+    (flood,) = score_inference_case(case)
+    (offline,) = score_inference_case(_case("trtllm_l70b_h200_tp1_128_2048"))
+    assert flood["model"] == pytest.approx(offline["model"], rel=1e-9)
 
 
 def test_the_kv_cache_reservation_follows_each_frameworks_block_manager() -> None:

@@ -94,7 +94,8 @@ SCENARIO_KEYS = ("system", "workload", "mapping", "framework")
 FRAMEWORK_KEYS = ("description", "mapping", "sources")
 SYSTEM_KEYS = ("device", "network", "devices_per_node", "num_nodes")
 WORKLOAD_KEYS = ("model", "kind", "global_batch_size", "precision", "input_tokens",
-                 "output_tokens", "kv_cache_precision", "batching", "arrivals", "max_batch_size",
+                 "output_tokens", "kv_cache_precision", "batching", "arrivals", "request_rate",
+                 "max_batch_size",
                  "max_num_tokens", "kv_cache_reservation", "caching_allocator",
                  "cuda_graph_padding", "decode_kv_reads", "first_token_from_decode",
                  "weight_scale_block",
@@ -617,6 +618,17 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
             f"(it lists: {listed})."
         )
     per_step = m.data_parallel * m.micro_batch_size
+    if wl.kind == "inference" and wl.arrivals == "poisson":
+        if wl.request_rate <= 0:
+            raise top.child("workload.request_rate").error(
+                f"must be > 0 with arrivals: poisson (requests per second); got "
+                f"{wl.request_rate:g}."
+            )
+        if wl.batching != "continuous":
+            raise top.child("workload.batching").error(
+                f"is {wl.batching}: arrivals: poisson needs continuous batching (a static batch "
+                "starts together and takes no request that arrives while it runs)."
+            )
     if wl.kind == "training" and wl.global_batch_size % per_step:
         raise top.child("workload.global_batch_size").error(
             f"({wl.global_batch_size}) must be divisible by data_parallel {m.data_parallel} × "

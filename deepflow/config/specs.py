@@ -73,7 +73,7 @@ SERVING_BATCHING = ("continuous", "static")
 #: How requests reach a server (``workload.arrivals``; docs/model.md §D2): a closed loop of
 #: ``global_batch_size`` clients, each sending its next request when its last one ends, or an
 #: offline run of ``global_batch_size`` requests queued at once that ends with its last.
-SERVING_ARRIVALS = ("closed_loop", "offline")
+SERVING_ARRIVALS = ("closed_loop", "offline", "poisson")
 #: How a server's scheduler reserves KV cache for a running request (``workload.kv_cache_
 #: reservation``; docs/model.md §D3): its whole context up front, or blocks as its tokens come.
 KV_CACHE_RESERVATIONS = ("full_context", "on_demand")
@@ -335,7 +335,14 @@ class WorkloadSpec:
             "its last ends: the server's steady state; with static batching lockstep rounds "
             "whose first request back runs alone) or offline (global_batch_size requests "
             "issued at once, the run ending with the last: trtllm-bench throughput, a static "
-            "batch; requests beyond what runs at once follow in waves, the last one partial)",
+            "batch; requests beyond what runs at once follow in waves, the last one partial) "
+            "or poisson (global_batch_size requests per replica arriving as a Poisson process "
+            "at request_rate: vLLM's and SGLang's serving benchmarks at a finite rate)",
+    )  # fmt: skip
+    request_rate: float = key(
+        "request_rate", ge=0, default=0.0,
+        doc="serving: requests per second the whole system is offered (arrivals: poisson), "
+            "spread evenly over the data-parallel replicas",
     )  # fmt: skip
     max_batch_size: int = key(
         "max_batch_size", ge=0, default=0,

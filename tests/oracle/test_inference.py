@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -180,8 +181,8 @@ def test_an_offline_run_drains_its_queue_in_waves_and_lasts_the_last_one() -> No
 
 def test_an_unknown_arrivals_mode_is_rejected_with_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"workload.arrivals must be one of: closed_loop, "
-                                          r"offline; got 'poisson'\."):  # fmt: skip
-        serving(arrivals="poisson")
+                                          r"offline, poisson; got 'bursty'\."):  # fmt: skip
+        serving(arrivals="bursty")
 
 
 def test_on_demand_kv_blocks_admit_more_requests_than_full_context_reservation() -> None:
@@ -247,6 +248,50 @@ def test_nccl_buffers_come_with_a_replicas_peers() -> None:
     alone = evaluate_one(serving())["memory_breakdown_B"]
     pair = evaluate_one(serving(mapping={"tensor_parallel": 2}, devices=2))["memory_breakdown_B"]
     assert alone["nccl_buffers"] == 0 and pair["nccl_buffers"] == nccl
+
+
+def test_poisson_arrivals_serve_the_offered_rate_until_the_server_saturates() -> None:
+    # 2,000 requests of 1024 + 128 tokens offered at λ a second to one H100 serving Llama 3 8B
+    def at(rate: float) -> dict:
+        return evaluate_one(serving(global_batch_size=2000, arrivals="poisson",
+                                    request_rate=rate))  # fmt: skip
+
+    offline = evaluate_one(serving(global_batch_size=2000, arrivals="offline"))
+    rates = (0.2, 2.0, 10.0, 40.0, 1000.0)
+    runs = [at(rate) for rate in rates]
+    for rate, r in zip(rates, runs, strict=True):
+        assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-12)
+        assert r["tokens_per_s"] <= offline["tokens_per_s"] * (1 + 1e-12)
+        # the run cannot end before its last request arrives
+        assert r["step_time_s"] >= 1999 / rate
+    # a slow stream: every request alone on an idle server, served as it comes
+    slow = runs[0]
+    alone = evaluate_one(serving(global_batch_size=1, arrivals="offline"))
+    assert slow["active_batch"] == 1
+    assert slow["tokens_per_s"] == pytest.approx(0.2 * 128, rel=0.01)
+    assert alone["ttft_s"] <= slow["ttft_s"] <= alone["ttft_s"] + alone["tpot_s"]
+    # requests in flight are Poisson with mean λ·C (M/G/∞): the server is empty e^(−λ·C) of
+    # the time
+    empty = slow["breakdown_s"]["idle"] / slow["step_time_s"]
+    assert empty == pytest.approx(math.exp(-0.2 * alone["step_time_s"]), rel=1e-9)
+    # more requests in flight as the rate grows; served at the offered rate while it keeps up
+    batches = [r["active_batch"] for r in runs]
+    assert batches == sorted(batches) and batches[0] < batches[2]
+    assert runs[2]["tokens_per_s"] == pytest.approx(10.0 * 128, rel=0.05)
+    # a flood: the offline run's throughput, and a backlog in the first token's wait
+    flood = runs[-1]
+    assert flood["tokens_per_s"] == pytest.approx(offline["tokens_per_s"], rel=1e-9)
+    assert flood["queue_wait_s"] > runs[3]["queue_wait_s"] > runs[2]["queue_wait_s"]
+    assert flood["breakdown_s"]["idle"] == 0
+
+
+def test_poisson_arrivals_need_a_rate_and_continuous_batching() -> None:
+    with pytest.raises(ConfigError, match=r"workload.request_rate must be > 0 with arrivals: "
+                                          r"poisson \(requests per second\); got 0\."):  # fmt: skip
+        serving(arrivals="poisson")
+    with pytest.raises(ConfigError, match=r"workload.batching is static: arrivals: poisson "
+                                          r"needs continuous batching"):  # fmt: skip
+        serving(arrivals="poisson", request_rate=1.0, batching="static")
 
 
 def test_a_kv_pool_fraction_outside_0_to_1_is_rejected() -> None:
@@ -518,6 +563,8 @@ def test_batch_equals_loop_of_singles() -> None:
         "first_token_from_decode": [0, 1, 1, 0, 0],
         "offline": [1, 0, 1, 0, 1],
         "caching_allocator": [1, 0, 1, 1, 0],
+        "poisson": [0, 0, 1, 0, 1],
+        "request_rate": [0, 0, 0.5, 0, 40.0],
     }
     table = evaluate_table(s, {k: np.array(v, dtype=float) for k, v in columns.items()})
     keys = {"global_batch_size": "global_batch_size", "input_tokens": "input_tokens",
@@ -529,7 +576,9 @@ def test_batch_equals_loop_of_singles() -> None:
         changes["cuda_graph_padding"] = bool(columns["cuda_graph_padding"][i])
         changes["first_token_from_decode"] = bool(columns["first_token_from_decode"][i])
         changes["caching_allocator"] = bool(columns["caching_allocator"][i])
-        changes["arrivals"] = "offline" if columns["offline"][i] else "closed_loop"
+        changes["arrivals"] = ("poisson" if columns["poisson"][i] else
+                               "offline" if columns["offline"][i] else "closed_loop")  # fmt: skip
+        changes["request_rate"] = float(columns["request_rate"][i])
         changes["decode_kv_reads"] = ("per_query_head" if columns["kv_reads_per_query_head"][i]
                                       else "per_kv_head")  # fmt: skip
         changes["kv_cache_reservation"] = ("on_demand" if columns["kv_on_demand"][i]

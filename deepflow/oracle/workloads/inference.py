@@ -71,7 +71,8 @@ INFERENCE_COLUMNS = (
     "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
     "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
-    "kv_cache_memory_fraction", "caching_allocator", "attention_kernel",
+    "kv_cache_memory_fraction", "caching_allocator", "poisson", "request_rate",
+    "attention_kernel",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel",
 )  # fmt: skip
@@ -575,16 +576,21 @@ def inference_step(
     o = ArrayOps(caps, net)
     s = _shape(caps, x)
     capacity, batch, offered = _admitted(caps, x, s, cal)
+    poisson = x["poisson"] > 0
+    if np.any(poisson):
+        batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch), batch)
     memory, _ = _memory(caps, x, s, cal, batch)
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     full = _run(caps, o, s, x, batch)
-    offline = x["offline"] > 0
+    offline = (x["offline"] > 0) & ~poisson
     # an offline run of N requests on B slots (docs/model.md §D2, arrivals): requests of equal
     # lengths admitted together finish together, so the queue drains in floor(N/B) full waves
     # and one of the r = N mod B left, which still reads every weight each iteration; the run
     # lasts them all. A closed loop of N clients keeps B running (a steady state)
-    waves = np.where(offline, np.floor(offered / batch), 0.0)
-    rest = np.where(offline, offered - waves * batch, 0.0)
+    # (Poisson arrivals that outrun the server drain the same way, below)
+    drained = offline | poisson
+    waves = np.where(drained, np.floor(offered / batch), 0.0)
+    rest = np.where(drained, offered - waves * batch, 0.0)
     if np.any(rest > 0):
         part = _run(caps, o, s, x, np.maximum(rest, 1.0))
 
@@ -598,16 +604,55 @@ def inference_step(
         tail = _Run({k: zero for k in full.breakdown}, zero, zero, zero)
     breakdown = {k: np.where(offline, waves * v + tail.breakdown[k], v)
                  for k, v in full.breakdown.items()}  # fmt: skip
-    step = np.where(offline, waves * full.cycle + tail.cycle, full.cycle)
+    drained_step = waves * full.cycle + tail.cycle
+    step = np.where(offline, drained_step, full.cycle)
     served = np.where(offline, offered, batch)  # requests a step completes
     # queueing: a closed loop of N requests on B slots waits C·(N/B − 1) (Little's law); the
     # j-th offline wave waits j full cycles, averaged over the N requests
     closed_wait = full.cycle * np.maximum(offered / batch - 1, 0.0)
-    offline_wait = full.cycle * (batch * waves * (waves - 1) / 2 + rest * waves) / offered
-    wait = np.where(offline, offline_wait, closed_wait)
+    drained_wait = full.cycle * (batch * waves * (waves - 1) / 2 + rest * waves) / offered
+    wait = np.where(offline, drained_wait, closed_wait)
 
     def mean(full_v: Any, tail_v: Any) -> Any:  # over an offline run's requests
         return np.where(offline, (waves * batch * full_v + rest * tail_v) / offered, full_v)
+
+    ttft, latency = wait + mean(full.ttft, tail.ttft), wait + mean(full.cycle, tail.cycle)
+    idle = np.zeros_like(step)
+    if np.any(poisson):
+        # Poisson arrivals at λ a replica (docs/model.md §D2). A server that keeps up holds the
+        # B its slots C(B) make it (Little's law, :func:`_poisson_batch`); the requests in
+        # flight are Poisson with mean L = λ·C (an infinite-server queue: its occupancy does
+        # not depend on how the slot times spread), so it runs a 1 − e^(−L) share of the time,
+        # and a request finds it idle or waits half an iteration for the next one; the run
+        # lasts until the last request, arriving at (N − 1)/λ, has run its slot while the
+        # others drain (the mean of C(B) and a lone request's C(1)). A server that cannot keep
+        # up (λ·C(B) > B at every B it admits) works through a backlog: its run is the offline
+        # run of the N requests, or the last arrival and its lone slot where that is longer,
+        # and the j-th request, starting j of the run's N service intervals in, waits that less
+        # its arrival j/λ: (N − 1)/2 · (run/N − 1/λ) on average
+        lam = x["request_rate"] / s.dp
+        keeps = lam * full.cycle <= batch
+        arrive = (offered - 1) / lam
+        lone = _run(caps, o, s, x, np.ones_like(batch)).cycle
+        iteration = full.cycle / s_out
+        busy_share = np.where(keeps, -np.expm1(-lam * full.cycle), 1.0)
+        last = np.where(keeps, (full.cycle + lone) / 2, lone)
+        span = np.maximum(arrive + last, drained_step)
+        backlog = np.where(
+            keeps,
+            busy_share * iteration / 2,
+            np.maximum((offered - 1) / 2 * (span / offered - 1 / lam), 0.0),
+        )
+        busy = busy_share * span
+        breakdown = {k: np.where(poisson, v * busy / full.cycle, breakdown[k])
+                     for k, v in full.breakdown.items()}  # fmt: skip
+        idle = np.where(poisson, span - busy, 0.0)
+        step = np.where(poisson, span, step)
+        served = np.where(poisson, offered, served)
+        wait = np.where(poisson, backlog, wait)
+        ttft = np.where(poisson, backlog + full.ttft, ttft)
+        latency = np.where(poisson, backlog + full.cycle, latency)
+    breakdown["idle"] = idle
 
     h, a = s.h, x["num_attention_heads"]
     attn = h * (a + 2 * x["num_kv_heads"]) * s.d_h + a * s.d_h * h
@@ -622,13 +667,31 @@ def inference_step(
         "model_flops_per_step": s.dp * 2 * active * served * (s_in + s_out),
         "tokens_per_step": s.dp * served * s_out,
         "samples_per_step": s.dp * served,
-        "ttft_s": wait + mean(full.ttft, tail.ttft),
+        "ttft_s": ttft,
         "tpot_s": mean(full.tpot, tail.tpot),
         "queue_wait_s": wait,
-        "request_latency_s": wait + mean(full.cycle, tail.cycle),
+        "request_latency_s": latency,
         "max_concurrency": capacity,
         "active_batch": batch,
     }
+
+
+def _poisson_batch(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
+                   limit: F) -> F:  # fmt: skip
+    """The requests a replica holds in flight under Poisson arrivals at λ = request_rate / dp
+    (docs/model.md §D2): by Little's law a server that keeps up holds B = λ·C(B), C(B) the slot
+    of a request among B; the smallest whole B with λ·C(B) <= B (C(B)/B falls as the batch
+    shares each weight read), at least one, at most ``limit`` (what the KV cache and the
+    scheduler admit, where the server falls behind). Bisection over whole requests."""
+    lam = x["request_rate"] / s.dp
+    high = np.maximum(limit, 1.0)
+    low = np.ones_like(high)
+    keeps_up = lam * _run(caps, o, s, x, low).cycle <= low
+    for _ in range(int(np.ceil(np.log2(float(np.max(high)) + 1.0))) + 1):
+        mid = np.floor((low + high) / 2)
+        ok = lam * _run(caps, o, s, x, mid).cycle <= mid
+        high, low = np.where(ok, mid, high), np.where(ok, low, mid)
+    return np.where(keeps_up, 1.0, high)
 
 
 def _graph_batch(x: Mapping[str, F], micro: F) -> F:
@@ -750,6 +813,8 @@ class InferenceWorkload(Workload):
             "weight_scale_block": float(workload.weight_scale_block),
             "kv_cache_memory_fraction": float(workload.kv_cache_memory_fraction),
             "caching_allocator": float(workload.caching_allocator),
+            "poisson": float(workload.arrivals == "poisson"),
+            "request_rate": float(workload.request_rate),
         }
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
