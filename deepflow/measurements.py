@@ -1081,12 +1081,22 @@ _SERVING_PRECISIONS = {"fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "fp4": "fp4
 #: with an E8M0 byte (ModelOpt ``MXFP4_DEFAULT_CFG``).
 _SCALE_BLOCKS = {"mxfp4": 32}
 #: What a serving case's measurement is compared with: (measured key, model output, label);
-#: the first the case states per quantity (docs/validation.md).
+#: the first the case states per quantity (docs/validation.md). A deterministic model's mean
+#: and median are one figure; keys in milliseconds (``ttft_ms``, ``tpot_ms_median``, ...) are
+#: read in seconds (:data:`SERVING_MS_KEY`).
 SERVING_QUANTITIES = (
-    (("output_tokens_per_s_total", "output_tokens_per_s_per_gpu"), "tokens_per_s", "throughput"),
-    (("ttft_s", "ttft_s_mean"), "ttft_s", "ttft"),
-    (("tpot_s", "tpot_s_p50", "itl_s", "tpot_s_mean"), "tpot_s", "tpot"),
-)
+    (("output_tokens_per_s_total", "output_tokens_per_s_per_gpu", "output_tokens_per_s"),
+     "tokens_per_s", "throughput"),
+    (("ttft_s", "ttft_s_mean", "ttft_s_median", "ttft_s_p50"), "ttft_s", "ttft"),
+    (("tpot_s", "tpot_s_p50", "itl_s", "tpot_s_mean", "tpot_s_median", "itl_s_mean",
+      "itl_s_median", "itl_s_p50"), "tpot_s", "tpot"),
+    (("request_latency_s", "request_latency_s_mean", "request_latency_s_median",
+      "e2e_latency_s", "e2e_latency_s_mean", "e2e_latency_s_median"),
+     "request_latency_s", "latency"),
+)  # fmt: skip
+#: A serving measurement stated in milliseconds, e.g. vLLM's ``median_ttft_ms`` transcribed as
+#: ``ttft_ms_median``: its quantity, the statistic after it.
+SERVING_MS_KEY = re.compile(r"^(ttft|tpot|itl|request_latency|e2e_latency)_ms(_\w+)?$")
 
 
 def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> Any:

@@ -618,9 +618,16 @@ def _serving_devices(case: dict[str, Any]) -> int:
 
 
 def _serving_measured(case: dict[str, Any]) -> dict[str, Any]:
-    """The case's measured figures, with a throughput column of unstated scope read as the
-    total where the run had one GPU (its per-GPU figure and its total are then the same)."""
+    """The case's measured figures, those in milliseconds also in seconds, and a throughput
+    column of unstated scope read as the total where the run had one GPU (its per-GPU figure
+    and its total are then the same)."""
+    from deepflow.measurements import SERVING_MS_KEY
+
     measured = dict(case.get("measured") or {})
+    for key, value in list(measured.items()):
+        found = SERVING_MS_KEY.match(key)
+        if found and isinstance(value, int | float) and not isinstance(value, bool):
+            measured.setdefault(f"{found[1]}_s{found[2] or ''}", value / 1e3)
     unstated = measured.get(_UNSTATED_SCOPE)
     if unstated is not None and _serving_devices(case) == 1:
         measured.setdefault("output_tokens_per_s_total", unstated)
@@ -918,14 +925,14 @@ FITS_QUANTITY = "fits"
 
 def _kind(row: Mapping[str, Any]) -> str:
     """What a scored row measures: ``memory`` (peak memory), ``feasibility`` (a run that ran
-    out of memory: modelled as fitting or not), ``serving`` (throughput, TTFT, TPOT of an
-    inference case) or ``performance`` (step time, kernels, collectives)."""
+    out of memory: modelled as fitting or not), ``serving`` (throughput, TTFT, TPOT, request
+    latency of an inference case) or ``performance`` (step time, kernels, collectives)."""
     quantity = str(row["quantity"])
     if quantity.startswith("GiB"):
         return "memory"
     if quantity == FITS_QUANTITY:
         return "feasibility"
-    return "serving" if quantity in ("throughput", "ttft", "tpot") else "performance"
+    return "serving" if quantity in ("throughput", "ttft", "tpot", "latency") else "performance"
 
 
 def validation_report(path: Path | None = None, *, group: str | None = None,

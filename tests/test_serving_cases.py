@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -283,6 +285,29 @@ def test_a_one_gpu_throughput_column_of_unstated_scope_is_scored_as_the_total() 
                        r"unstated\) does not say whether it is per GPU or the total of its 2 "
                        r"GPUs, and it states no other quantity\."):  # fmt: skip
         score_inference_case(_case("trt061_l2_7b_a100_tp2_b64_2048_2048"))
+
+
+def test_latencies_in_milliseconds_medians_and_the_request_latency_are_read(
+    tmp_path: Path,
+) -> None:
+    # vLLM's benchmark_serving prints median_ttft_ms, mean_tpot_ms, ...: one figure each here
+    case = _case("lmdeploy_l2_7b_a100_tp1_c16_128_2048")
+    base = {row["quantity"]: row for row in score_inference_case(case)}
+    case["measured"] = {"ttft_ms_median": 1e3 * base["ttft"]["measured"],
+                        "itl_ms_mean": 1e3 * base["tpot"]["measured"],
+                        "e2e_latency_s_mean": 60.0, "output_tokens_per_s": 1000.0}  # fmt: skip
+    rows = {row["quantity"]: row for row in score_inference_case(case)}
+    assert set(rows) == {"throughput", "ttft", "tpot", "latency"}
+    for label in ("ttft", "tpot"):
+        assert rows[label]["measured"] == pytest.approx(base[label]["measured"], rel=1e-12)
+        assert rows[label]["model"] == base[label]["model"]
+    assert rows["latency"]["group"] == "lmdeploy_v010a1_a100_static/latency"
+    (tmp_path / "cases.json").write_text(json.dumps([case]))
+    report = validation_report(tmp_path / "cases.json")
+    assert report["groups"]["lmdeploy_v010a1_a100_static/latency"]["kind"] == "serving"
+    result = evaluate_one(inference_case_scenario(case))
+    assert rows["latency"]["model"] == result["request_latency_s"]
+    assert rows["throughput"]["model"] == result["tokens_per_s"]
 
 
 def test_a_sum_of_one_layers_operator_timings_is_not_read_as_a_serving_run() -> None:
