@@ -1341,7 +1341,8 @@ def caching_allocator(case: dict[str, Any]) -> bool:
     chunks)."""
     inf = case.get("inference") or {}
     text = str(inf.get("framework") or "").lower()
-    engine = r"tensorrt engine|gptsessionbenchmark|gptmanagerbenchmark|turbomind"
+    engine = (r"tensorrt (engine|backend)|c\+\+ (runtime|backend|executor)|gptsessionbenchmark|"
+              r"gptmanagerbenchmark|turbomind")  # fmt: skip
     return not re.search(engine, text)
 
 

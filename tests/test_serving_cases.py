@@ -330,6 +330,10 @@ def test_cpp_engines_allocate_without_the_caching_allocators_fragmentation() -> 
     case = _case("trtllm_l70b_h200_tp1_128_2048")
     case["inference"]["framework"] = "vLLM 0.6.3 (benchmark_throughput.py)"
     assert caching_allocator(case)
+    for engine in ("TensorRT-LLM 0.17 (trtllm-bench, TensorRT backend)",
+                   "TensorRT-LLM (C++ executor, gptManagerBenchmark)"):  # fmt: skip
+        case["inference"]["framework"] = engine
+        assert not caching_allocator(case), engine
     # v0.6.1's static batch of 60 Llama 2 7B requests of 128 + 2048 tokens on one A100 80GB
     # ran at once: without the allocator's 5 % on its 13.5 GB of weights and 68 GB of KV
     # cache all 60 fit; with it two would follow in a second wave that streams every weight
