@@ -859,10 +859,33 @@ def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str
 
 
 # ------------------------------------------------------------------------------ training
+#: Architecture features a case's model may state that the transformer model does not
+#: represent (docs/validation.md): key -> what it is. A case stating one is skipped with the
+#: reason rather than modelled as the plain architecture it would otherwise be read as.
+_UNMODELLED_ARCHITECTURE = {
+    "kv_lora_rank": "multi-head latent attention (a compressed KV latent, DeepSeek-V2/V3)",
+    "num_shared_experts": "shared experts beside the routed ones",
+    "n_shared_experts": "shared experts beside the routed ones",
+    "dense_layers": "dense layers among the MoE layers",
+    "first_k_dense_replace": "dense layers among the MoE layers",
+    "sliding_window": "sliding-window attention",
+}
+
+
+def _check_architecture(case: dict[str, Any], model: dict[str, Any]) -> None:
+    """Refuse a model whose stated architecture the transformer model does not represent."""
+    for key, what in _UNMODELLED_ARCHITECTURE.items():
+        value = model.get(key)
+        if value is not None and value is not False and value != 0:
+            raise ConfigError(f"{_where(case)}: model.{key} ({value!r}) states {what}, which "
+                              "deepflow's transformer model does not represent.")  # fmt: skip
+
+
 def _model(
     case: dict[str, Any], flags: dict[str, Any], seq_len: int | None = None
 ) -> dict[str, Any]:
     model = _need(case, "model")
+    _check_architecture(case, model)
     hidden = int(_need(case, "model.hidden"))
     text = f"{model.get('type') or ''} {model.get('activation') or ''} " \
            f"{model.get('ffn_activation') or ''} {model.get('mlp') or ''}".lower()  # fmt: skip
@@ -872,9 +895,12 @@ def _model(
         "num_layers": int(_need(case, "model.layers")),
         "hidden_size": hidden,
         "num_attention_heads": int(_need(case, "model.heads")),
-        # an all-MoE model states its experts' width alone (Qwen3's moe_ffn_hidden)
+        # an all-MoE model states its experts' width alone (Qwen3's moe_ffn_hidden), or beside
+        # a dense width its experts do not have
         "ffn_hidden_size": int(
-            _get(model, "ffn_hidden", "ffn_hidden_size", "moe_ffn_hidden") or 4 * hidden
+            (_get(model, "moe_ffn_hidden") if _is_moe(model) else None)
+            or _get(model, "ffn_hidden", "ffn_hidden_size", "moe_ffn_hidden")
+            or 4 * hidden
         ),
         "ffn_activation": "swiglu" if swiglu else "gelu",
         "seq_length": seq_len or int(_need(case, "model.seq_len")),
@@ -895,6 +921,12 @@ def _model(
         out["experts_per_token"] = int(_get(model, "experts_per_token", "top_k", "moe_top_k",
                                             "topk") or 1)  # fmt: skip
     return out
+
+
+def _is_moe(model: dict[str, Any]) -> bool:
+    """Whether the model states more than one expert."""
+    experts = _get(model, "num_experts", "experts", "moe_experts")
+    return isinstance(experts, int | float) and not isinstance(experts, bool) and experts > 1
 
 
 def _tied_embeddings(case: dict[str, Any]) -> bool:
@@ -1093,6 +1125,8 @@ SERVING_QUANTITIES = (
     (("request_latency_s", "request_latency_s_mean", "request_latency_s_median",
       "e2e_latency_s", "e2e_latency_s_mean", "e2e_latency_s_median"),
      "request_latency_s", "latency"),
+    (("requests_per_s", "request_throughput_per_s", "requests_per_s_total"), "samples_per_s",
+     "requests"),
 )  # fmt: skip
 #: A serving measurement stated in milliseconds, e.g. vLLM's ``median_ttft_ms`` transcribed as
 #: ``ttft_ms_median``: its quantity, the statistic after it.
@@ -1221,7 +1255,14 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
     graphs = str(inf.get("cuda_graphs") or "").lower()
-    lockstep = re.search(r"static|gptsessionbenchmark|closed loop.*fixed.length", text)
+    # fixed-length sessions of a closed loop stay in lockstep rounds where the server prefills
+    # every waiting prompt in the pass that admits it (LMDeploy TurboMind v0.1's ContextDecode);
+    # a per-iteration token budget (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens,
+    # SGLang's chunked prefill) staggers the resubmitted prompts, and the loop runs continuous
+    # batching's steady state (docs/model.md §D2)
+    rounds = re.search(r"closed loop.*fixed.length", text) and re.search(r"lmdeploy|turbomind",
+                                                                          text)  # fmt: skip
+    lockstep = re.search(r"static|gptsessionbenchmark", text) or rounds
     out: dict[str, Any] = {
         "batching": "static" if lockstep else "continuous",
         "arrivals": "offline" if offline_run(case) else "closed_loop",
@@ -1298,8 +1339,12 @@ def offline_run(case: dict[str, Any]) -> bool:
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
     rate = str(inf.get("request_rate") or "").lower()
-    together = re.search(r"gptsessionbenchmark|static batch", text) and "closed loop" not in text
-    return bool(re.search(r"\boffline\b", text) or together) or rate in ("inf", "infinite")
+    closed = "closed loop" in text
+    together = re.search(r"gptsessionbenchmark|static batch", text) and not closed
+    # an infinite rate with a concurrency cap is a closed loop of that many clients (AIPerf's
+    # --concurrency, vLLM benchmark_serving's --max-concurrency with --request-rate inf)
+    flood = rate in ("inf", "infinite") and not closed
+    return bool(re.search(r"\boffline\b", text) or together or flood)
 
 
 def kv_cache_reservation(case: dict[str, Any]) -> str:

@@ -926,13 +926,15 @@ FITS_QUANTITY = "fits"
 def _kind(row: Mapping[str, Any]) -> str:
     """What a scored row measures: ``memory`` (peak memory), ``feasibility`` (a run that ran
     out of memory: modelled as fitting or not), ``serving`` (throughput, TTFT, TPOT, request
-    latency of an inference case) or ``performance`` (step time, kernels, collectives)."""
+    latency, requests per second of an inference case) or ``performance`` (step time, kernels,
+    collectives)."""
     quantity = str(row["quantity"])
     if quantity.startswith("GiB"):
         return "memory"
     if quantity == FITS_QUANTITY:
         return "feasibility"
-    return "serving" if quantity in ("throughput", "ttft", "tpot", "latency") else "performance"
+    serving = ("throughput", "ttft", "tpot", "latency", "requests")
+    return "serving" if quantity in serving else "performance"
 
 
 def validation_report(path: Path | None = None, *, group: str | None = None,

@@ -241,6 +241,33 @@ def test_gqa_swiglu_and_moe_model_keys_are_read() -> None:
     assert (model.num_experts, model.experts_per_token) == (8, 2)
 
 
+def test_an_moe_models_experts_take_their_own_width() -> None:
+    # a model that states a dense width beside its experts' (DeepSeek-style configs)
+    case = _case()
+    case["model"].update(num_experts=64, top_k=6, ffn_hidden=12288, moe_ffn_hidden=1408)
+    assert training_case_scenario(case).workload.model.ffn_hidden_size == 1408
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "what"),
+    [
+        ("kv_lora_rank", 512, r"multi-head latent attention \(a compressed KV latent"),
+        ("num_shared_experts", 1, "shared experts beside the routed ones"),
+        ("first_k_dense_replace", 3, "dense layers among the MoE layers"),
+        ("sliding_window", 4096, "sliding-window attention"),
+    ],
+)  # fmt: skip
+def test_an_architecture_the_model_does_not_represent_is_named(key: str, value: int,
+                                                              what: str) -> None:  # fmt: skip
+    case = _case()
+    case["model"][key] = value
+    message = rf"model.{key} \({value}\) states {what}.*, which deepflow's transformer model"
+    with pytest.raises(ConfigError, match=message + r" does not represent\."):
+        training_case_scenario(case)
+    case["model"][key] = None  # stated as absent (Mixtral's sliding_window: null)
+    training_case_scenario(case)
+
+
 def test_public_cases_under_new_group_names_score_identically(tmp_path: Path) -> None:
     renamed = [dict(c, group=f"new_{c['group']}") for c in load_measurements()]
     path = tmp_path / "cases.json"

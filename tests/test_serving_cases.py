@@ -87,6 +87,15 @@ def test_serving_scheduler_reads_how_each_source_batched() -> None:
     assert serving_scheduler(closed, inference_case_scenario(closed))["arrivals"] == "closed_loop"
     closed["inference"]["mode"] = "closed loop: 16 sessions, lengths drawn from ShareGPT"
     assert serving_scheduler(closed, inference_case_scenario(closed))["batching"] == "continuous"
+    # a server with a per-iteration token budget staggers the resubmitted prompts: continuous
+    # batching's steady state, whoever the clients are (NIM's AIPerf at --concurrency 25,
+    # request rate "inf": a closed loop, not an offline run)
+    nim = _case("lmdeploy_l2_7b_a100_tp1_c16_128_128")
+    nim["inference"] |= {"framework": "NVIDIA NIM for LLMs 1.8.0 (AIPerf)",
+                         "mode": "online serving, closed loop at fixed concurrency, fixed lengths",
+                         "request_rate": "inf"}  # fmt: skip
+    workload = inference_case_scenario(nim).workload
+    assert (workload.batching, workload.arrivals) == ("continuous", "closed_loop")
 
 
 def test_each_server_runs_its_own_attention_kernel() -> None:
@@ -107,6 +116,8 @@ def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> N
     case["inference"]["request_rate"] = 4.0
     assert not offline_run(case)
     assert not offline_run(_case("lmdeploy_l2_7b_a100_tp1_c16_128_128"))
+    case["inference"] |= {"request_rate": "inf", "mode": "closed loop at --concurrency 64"}
+    assert not offline_run(case)
 
 
 def test_a_finite_request_rate_is_read_as_poisson_arrivals() -> None:
@@ -308,6 +319,32 @@ def test_latencies_in_milliseconds_medians_and_the_request_latency_are_read(
     result = evaluate_one(inference_case_scenario(case))
     assert rows["latency"]["model"] == result["request_latency_s"]
     assert rows["throughput"]["model"] == result["tokens_per_s"]
+
+
+def test_requests_per_second_are_scored_against_the_models_request_rate() -> None:
+    case = _case("trtllm_l70b_h200_tp1_128_2048")
+    tokens = case["measured"].pop("output_tokens_per_s_total")
+    case["measured"]["request_throughput_per_s"] = tokens / 2048
+    (row,) = score_inference_case(case)
+    assert row["quantity"] == "requests" and row["group"].endswith("/requests")
+    assert row["model"] == evaluate_one(inference_case_scenario(case))["samples_per_s"]
+    assert row["model"] * 2048 == pytest.approx(
+        score_inference_case(_case("trtllm_l70b_h200_tp1_128_2048"))[0]["model"], rel=1e-12
+    )
+
+
+def test_other_servers_published_runs_are_scored_or_skipped_with_a_reason() -> None:
+    # the generalisation check of benchmarks/data/serving_holdout_frameworks.json: every case
+    # is read, scored where the model represents it, skipped with the reader's reason where not
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    report = validation_report(path / "serving_holdout_frameworks.json")
+    reasons = " ".join(s["reason"] for s in report["skipped"])
+    assert len(report["skipped"]) + len({r["id"] for r in report["cases"]}) == 57
+    assert "multi-head latent attention" in reasons and "Intel Arc Pro B60" in reasons
+    groups = report["groups"]
+    assert {"nim_benchmarking_llama33_70b_v180_2xh100_fp8/ttft",
+            "vllm_ci_perf_benchmark_latency_2024q4/latency"} <= set(groups)  # fmt: skip
+    assert all(g["kind"] == "serving" for g in groups.values())
 
 
 def test_a_sum_of_one_layers_operator_timings_is_not_read_as_a_serving_run() -> None:
