@@ -630,7 +630,7 @@ def inference_step(
         # run of the N requests, or the last arrival and its lone slot where that is longer,
         # and the j-th request, starting j of the run's N service intervals in, waits that less
         # its arrival j/λ: (N − 1)/2 · (run/N − 1/λ) on average
-        lam = x["request_rate"] / s.dp
+        lam = _arrival_rate(x, s)
         keeps = lam * full.cycle <= batch
         arrive = (offered - 1) / lam
         lone = _run(caps, o, s, x, np.ones_like(batch)).cycle
@@ -683,7 +683,7 @@ def _poisson_batch(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
     of a request among B; the smallest whole B with λ·C(B) <= B (C(B)/B falls as the batch
     shares each weight read), at least one, at most ``limit`` (what the KV cache and the
     scheduler admit, where the server falls behind). Bisection over whole requests."""
-    lam = x["request_rate"] / s.dp
+    lam = _arrival_rate(x, s)
     high = np.maximum(limit, 1.0)
     low = np.ones_like(high)
     keeps_up = lam * _run(caps, o, s, x, low).cycle <= low
@@ -692,6 +692,12 @@ def _poisson_batch(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
         ok = lam * _run(caps, o, s, x, mid).cycle <= mid
         high, low = np.where(ok, mid, high), np.where(ok, low, mid)
     return np.where(keeps_up, 1.0, high)
+
+
+def _arrival_rate(x: Mapping[str, F], s: _Shape) -> F:
+    """Requests per second a replica is offered under Poisson arrivals (one where a row has
+    none, so that a table mixing arrival kinds divides by no zero)."""
+    return np.where(x["poisson"] > 0, x["request_rate"], s.dp) / s.dp
 
 
 def _graph_batch(x: Mapping[str, F], micro: F) -> F:
