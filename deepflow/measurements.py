@@ -1339,10 +1339,10 @@ def offline_run(case: dict[str, Any]) -> bool:
     inf = case.get("inference") or {}
     text = " ".join(str(inf.get(k) or "") for k in ("framework", "mode")).lower()
     rate = str(inf.get("request_rate") or "").lower()
-    closed = "closed loop" in text
-    together = re.search(r"gptsessionbenchmark|static batch", text) and not closed
     # an infinite rate with a concurrency cap is a closed loop of that many clients (AIPerf's
     # --concurrency, vLLM benchmark_serving's --max-concurrency with --request-rate inf)
+    closed = "closed loop" in text or _count(inf.get("max_concurrency")) is not None
+    together = re.search(r"gptsessionbenchmark|static batch", text) and not closed
     flood = rate in ("inf", "infinite") and not closed
     return bool(re.search(r"\boffline\b", text) or together or flood)
 

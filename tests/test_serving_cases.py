@@ -118,6 +118,10 @@ def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> N
     assert not offline_run(_case("lmdeploy_l2_7b_a100_tp1_c16_128_128"))
     case["inference"] |= {"request_rate": "inf", "mode": "closed loop at --concurrency 64"}
     assert not offline_run(case)
+    case["inference"] |= {"mode": "benchmark_serving", "max_concurrency": 64}
+    assert not offline_run(case)  # --request-rate inf --max-concurrency 64: 64 clients
+    case["inference"]["mode"] = "offline fixed batch"
+    assert offline_run(case)  # the batch of a latency benchmark, issued at once
 
 
 def test_a_finite_request_rate_is_read_as_poisson_arrivals() -> None:
