@@ -247,6 +247,14 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         f"({result['samples_per_s']:.4g} samples/s, {result['tokens_per_s']:.4g} tokens/s, "
         f"MFU {100 * result['mfu']:.1f} %) on {result['num_devices']} × {device['name']}"
     )
+    if "ttft_s" in result:  # a serving workload (docs/model.md part D)
+        console.print(
+            f"serving: TTFT {result['ttft_s']:.4g} s (queue {result['queue_wait_s']:.4g} s), "
+            f"TPOT {1e3 * result['tpot_s']:.4g} ms, request {result['request_latency_s']:.4g} s; "
+            f"{result['active_batch']:.0f} requests in flight a replica (its KV cache holds "
+            f"{result['max_concurrency']:.0f}); "
+            f"{result['tokens_per_J']:.4g} tokens/J, ${result['usd_per_Mtoken']:.4g} per M tokens"
+        )
     table = Table(title="where the step time goes")
     table.add_column("component")
     table.add_column("seconds", justify="right")

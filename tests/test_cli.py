@@ -70,3 +70,14 @@ def test_console_script_exit_code_on_bad_input(tmp_path: object) -> None:
     assert proc.returncode == 2
     assert proc.stderr == "error: does-not-exist.yaml: no such file.\n"
     assert proc.stdout == ""
+
+
+def test_evaluate_prints_a_serving_workloads_latencies() -> None:
+    # a serving scenario's human output names what serving is judged by; a training one does not
+    serving = REPO / "configs" / "scenarios" / "llama3-70b-serving-h100-poisson.yaml"
+    result = runner.invoke(app, ["evaluate", str(serving)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "serving: TTFT " in result.stdout and " ms, request " in result.stdout
+    assert "tokens/J" in result.stdout and "per M tokens" in result.stdout
+    plain = runner.invoke(app, ["evaluate", str(EXAMPLE)], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "serving:" not in plain.stdout
