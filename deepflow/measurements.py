@@ -1168,7 +1168,7 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         raise ConfigError(f"{_where(case)}: inference.batch_size (or max_concurrency) is "
                           "missing.")  # fmt: skip
     tp, pp = int(inf.get("tp") or 1), int(inf.get("pp") or 1)
-    gpus = int(_get(inf, "num_gpus") or _get(case.get("hardware"), "num_gpus") or tp * pp)
+    gpus = serving_gpus(case)
     stated_per_node = _get(case.get("hardware"), "gpus_per_node")
     node = int(stated_per_node) if isinstance(stated_per_node, int | float) else 8
     per_node = max(1, min(node, gpus))
@@ -1211,6 +1211,14 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
     }  # fmt: skip
     scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
     return _replace_workload(scenario, serving_scheduler(case, scenario))
+
+
+def serving_gpus(case: dict[str, Any]) -> int:
+    """The GPUs a serving case ran on: ``inference.num_gpus``, else ``hardware.num_gpus``, else
+    one replica's tensor × pipeline ranks."""
+    inf = case.get("inference") or {}
+    stated = _get(inf, "num_gpus") or _get(case.get("hardware"), "num_gpus")
+    return int(stated or int(inf.get("tp") or 1) * int(inf.get("pp") or 1))
 
 
 def _count(value: Any) -> int | None:

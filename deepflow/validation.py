@@ -608,20 +608,11 @@ def serving_case_scenario(case: dict[str, Any]) -> Any:
 _UNSTATED_SCOPE = "output_tokens_per_s_column_scope_unstated"
 
 
-def _serving_devices(case: dict[str, Any]) -> int:
-    """The GPUs a serving case ran on (``inference.num_gpus``, else ``hardware.num_gpus``)."""
-    for part in ("inference", "hardware"):
-        value = (case.get(part) or {}).get("num_gpus")
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
-            return int(value)
-    return 1
-
-
 def _serving_measured(case: dict[str, Any]) -> dict[str, Any]:
     """The case's measured figures, those in milliseconds also in seconds, and a throughput
     column of unstated scope read as the total where the run had one GPU (its per-GPU figure
     and its total are then the same)."""
-    from deepflow.measurements import SERVING_MS_KEY
+    from deepflow.measurements import SERVING_MS_KEY, serving_gpus
 
     measured = dict(case.get("measured") or {})
     for key, value in list(measured.items()):
@@ -629,7 +620,7 @@ def _serving_measured(case: dict[str, Any]) -> dict[str, Any]:
         if found and isinstance(value, int | float) and not isinstance(value, bool):
             measured.setdefault(f"{found[1]}_s{found[2] or ''}", value / 1e3)
     unstated = measured.get(_UNSTATED_SCOPE)
-    if unstated is not None and _serving_devices(case) == 1:
+    if unstated is not None and serving_gpus(case) == 1:
         measured.setdefault("output_tokens_per_s_total", unstated)
     return measured
 
@@ -640,7 +631,7 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
     ``<group>/<quantity>`` (the row's ``quantity`` names it). A case that states neither a
     batch, a concurrency nor a number of requests is offered the batch its KV cache holds
     (``max_concurrency``; docs/model.md §D5)."""
-    from deepflow.measurements import SERVING_QUANTITIES
+    from deepflow.measurements import SERVING_QUANTITIES, serving_gpus
     from deepflow.oracle.evaluate import evaluate_one
 
     measured = _serving_measured(case)
@@ -658,7 +649,7 @@ def score_inference_case(case: dict[str, Any]) -> list[dict[str, Any]]:
             raise ConfigError(
                 f"case {case.get('id')!r}: its throughput column "
                 f"(measured.{_UNSTATED_SCOPE}) does not say whether it is per GPU or the total "
-                f"of its {_serving_devices(case)} GPUs, and it states no other quantity."
+                f"of its {serving_gpus(case)} GPUs, and it states no other quantity."
             )
         names = ", ".join(k for keys, _, _ in SERVING_QUANTITIES for k in keys)
         raise ConfigError(f"case {case.get('id')!r}: measured has none of {names}.")
