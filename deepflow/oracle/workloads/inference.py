@@ -578,7 +578,8 @@ def inference_step(
     capacity, batch, offered = _admitted(caps, x, s, cal)
     poisson = x["poisson"] > 0
     if np.any(poisson):
-        batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch), batch)
+        lone = _run(caps, o, s, x, np.ones_like(batch)).cycle  # a request alone: C(1)
+        batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch, lone), batch)
     memory, _ = _memory(caps, x, s, cal, batch)
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     full = _run(caps, o, s, x, batch)
@@ -633,7 +634,6 @@ def inference_step(
         lam = _arrival_rate(x, s)
         keeps = lam * full.cycle <= batch
         arrive = (offered - 1) / lam
-        lone = _run(caps, o, s, x, np.ones_like(batch)).cycle
         iteration = full.cycle / s_out
         busy_share = np.where(keeps, -np.expm1(-lam * full.cycle), 1.0)
         last = np.where(keeps, (full.cycle + lone) / 2, lone)
@@ -677,16 +677,17 @@ def inference_step(
 
 
 def _poisson_batch(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
-                   limit: F) -> F:  # fmt: skip
+                   limit: F, lone: F) -> F:  # fmt: skip
     """The requests a replica holds in flight under Poisson arrivals at λ = request_rate / dp
     (docs/model.md §D2): by Little's law a server that keeps up holds B = λ·C(B), C(B) the slot
     of a request among B; the smallest whole B with λ·C(B) <= B (C(B)/B falls as the batch
     shares each weight read), at least one, at most ``limit`` (what the KV cache and the
-    scheduler admit, where the server falls behind). Bisection over whole requests."""
+    scheduler admit, where the server falls behind); ``lone`` is C(1). Bisection over whole
+    requests."""
     lam = _arrival_rate(x, s)
     high = np.maximum(limit, 1.0)
     low = np.ones_like(high)
-    keeps_up = lam * _run(caps, o, s, x, low).cycle <= low
+    keeps_up = lam * lone <= low
     for _ in range(int(np.ceil(np.log2(float(np.max(high)) + 1.0))) + 1):
         mid = np.floor((low + high) / 2)
         ok = lam * _run(caps, o, s, x, mid).cycle <= mid
