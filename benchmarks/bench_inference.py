@@ -8,6 +8,8 @@ Measures, for ``workload.kind: inference`` (docs/model.md part D):
   requests offered (1 to 4,096), prompt and output lengths (128 to 20,000 / 1 to 4,096),
   serving mappings of the 8 GPUs (tensor × pipeline × data parallel), continuous or static
   batching, scheduler token budgets and CUDA-graph padding (target: 10⁵ rows/s);
+- the same over disaggregated prefill and decode pools (random splits of the 8 GPUs into
+  prefill and decode replicas of their own tensor parallelism, continuous batching; §D6);
 - ``label_rows`` of the inference-pathfinding design space (every row its own chip, derived
   from technology and budgets, then served), the dataset path;
 - one ``evaluate_one`` of the llama3-70b-serving-h100 scenario (a batch of one).
@@ -51,6 +53,19 @@ def _serving_columns(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
+def _pool_columns(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """N random disaggregated cases on the 8 GPUs (docs/model.md §D6): the serving columns with
+    continuous batching and a split into P prefill replicas of TP t_p and decode ones of TP t."""
+    # (tp, dp, prefill replicas, prefill tp): prefill_replicas·t_p + (dp − P)·tp = 8
+    pools = rng.choice(np.array([(4, 5, 4, 1), (2, 4, 2, 0), (1, 8, 4, 0), (4, 3, 2, 2),
+                                 (2, 6, 4, 1), (1, 5, 1, 4)], dtype=float), n)  # fmt: skip
+    columns = _serving_columns(n, rng)
+    columns |= {"tensor_parallel": pools[:, 0], "pipeline_parallel": np.ones(n),
+                "data_parallel": pools[:, 1], "prefill_replicas": pools[:, 2],
+                "prefill_tensor_parallel": pools[:, 3], "static_batching": np.zeros(n)}  # fmt: skip
+    return columns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -66,6 +81,11 @@ def main() -> None:
     seconds = best_s(lambda: evaluate_table(scenario, columns), repeats)
     print(f"{'llama3-70b-serving-h100 evaluate_table (spec device)':58s} "
           f"{n / seconds:12,.0f} rows/s")  # fmt: skip
+
+    pools = _pool_columns(n, rng)
+    evaluate_table(scenario, {k: v[:8] for k, v in pools.items()})
+    seconds = best_s(lambda: evaluate_table(scenario, pools), repeats)
+    print(f"{'  the same, disaggregated prefill and decode pools':58s} {n / seconds:12,.0f} rows/s")
 
     space = load_space("inference-pathfinding")
     label_rows(space, seed=0, start=0, stop=8, num_samples=n, oracle_version="")

@@ -248,13 +248,23 @@ def _print_evaluation(result: dict[str, Any]) -> None:
         f"MFU {100 * result['mfu']:.1f} %) on {result['num_devices']} × {device['name']}"
     )
     if "ttft_s" in result:  # a serving workload (docs/model.md part D)
+        pools = result.get("pools")
+        replica = "a decode replica" if pools else "a replica"
         console.print(
             f"serving: TTFT {result['ttft_s']:.4g} s (queue {result['queue_wait_s']:.4g} s), "
             f"TPOT {1e3 * result['tpot_s']:.4g} ms, request {result['request_latency_s']:.4g} s; "
-            f"{result['active_batch']:.0f} requests in flight a replica (its KV cache holds "
+            f"{result['active_batch']:.0f} requests in flight {replica} (its KV cache holds "
             f"{result['max_concurrency']:.0f}); "
             f"{result['tokens_per_J']:.4g} tokens/J, ${result['usd_per_Mtoken']:.4g} per M tokens"
         )
+        if pools:  # disaggregated prefill and decode (docs/model.md §D6)
+            sent_ms = 1e3 * result["breakdown_s"]["kv_transfer"]
+            console.print(
+                f"pools: {pools['prefill_replicas']} prefill × TP "
+                f"{pools['prefill_tensor_parallel']}, {pools['decode_replicas']} decode × TP "
+                f"{pools['decode_tensor_parallel']}; each prompt's KV cache sent in "
+                f"{sent_ms:.4g} ms"
+            )
     table = Table(title="where the step time goes")
     table.add_column("component")
     table.add_column("seconds", justify="right")
@@ -343,6 +353,15 @@ def _print_serving_mappings(result: dict[str, Any], *, wide: bool) -> None:
         for line, row in zip(rows, result["mappings"], strict=True):
             line += [str(row["mapping"]["expert_parallel"]),
                      str(row["mapping"]["expert_tensor_parallel"])]  # fmt: skip
+    if any(row["mapping"].get("prefill_replicas", 0) > 0 for row in result["mappings"]):
+        # disaggregated pools: the prefill replicas of the DP and their TP (the decode's: TP)
+        columns += [("prefill DP", 0, "right"), ("prefill TP", 0, "right")]
+        for line, row in zip(rows, result["mappings"], strict=True):
+            m = row["mapping"]
+            split = m["prefill_replicas"] > 0
+            line += [str(m["prefill_replicas"]) if split else "-",
+                     str(m["prefill_tensor_parallel"] or m["tensor_parallel"]) if split
+                     else "-"]  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
     _print_table(title, columns, rows, wide=wide)
 

@@ -1187,14 +1187,27 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
             etp = gpus // pp
         tp = 1
     dp = max(1, gpus // (tp * pp))
-    if requests is not None and inf.get("attention_dp"):
-        # one server's requests (its concurrency, or an offline run's queue) spread over its
-        # attention-DP ranks, each request on one rank (TensorRT-LLM's ADP scheduler hands them
-        # out round-robin: https://github.com/NVIDIA/TensorRT-LLM/blob/main/docs/source/blogs/
-        # tech_blog/blog10_ADP_Balance_Strategy.md, "Baseline: Round-Robin Token
-        # Distribution"), and global_batch_size is what each data-parallel replica is offered
-        # (docs/model.md part D)
+    pools = disaggregated_pools(case)
+    if requests is not None and pools is None:
+        # the client's requests (its concurrency, or an offline run's queue) spread over the
+        # data-parallel replicas, each request on one (a router's round robin; TensorRT-LLM's
+        # attention-DP scheduler hands them out round-robin too: https://github.com/NVIDIA/
+        # TensorRT-LLM/blob/main/docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md,
+        # "Baseline: Round-Robin Token Distribution"), and global_batch_size is what each
+        # replica is offered (docs/model.md part D)
         requests = math.ceil(requests / dp)
+    prefill: dict[str, int] = {}
+    if pools is not None:
+        # a prefill pool and a decode pool (docs/model.md §D6): the decode replicas' degree is
+        # the mapping's, the requests are offered per decode replica (the pool that holds them
+        # through their lives)
+        (replicas_p, tp_p), (replicas_d, tp), pp = pools
+        dp, gpus = replicas_p + replicas_d, pp * (replicas_p * tp_p + replicas_d * tp)
+        per_node = max(1, min(node, gpus))
+        prefill = {"prefill_replicas": replicas_p,
+                   "prefill_tensor_parallel": tp_p if tp_p != tp else 0}  # fmt: skip
+        if requests is not None:
+            requests = math.ceil(requests / replicas_d)
     offered = requests if requests is not None else batch
     raw = {
         "system": {"device": _device(case, device_preset, precision),
@@ -1207,10 +1220,41 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         "mapping": {"tensor_parallel": tp, "pipeline_parallel": pp, "data_parallel": dp,
                     "expert_parallel": ep, "expert_tensor_parallel": etp,
                     "sequence_parallel": False,
-                    "attention_kernel": serving_attention_kernel(case)},
+                    "attention_kernel": serving_attention_kernel(case)} | prefill,
     }  # fmt: skip
     scenario = scenario_from_mapping(raw, file=f"<case {case.get('id')}>")
     return _replace_workload(scenario, serving_scheduler(case, scenario))
+
+
+def disaggregated_pools(
+    case: dict[str, Any],
+) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+    """((prefill replicas, their tensor parallelism), (decode replicas, theirs), pipeline
+    stages) of a case served by disaggregated pools (its ``disaggregation``), None for a
+    co-located one. Pools of different pipeline depths, with expert parallelism or with
+    attention data parallelism are not modelled (docs/model.md §D6): ConfigError."""
+    pools = case.get("disaggregation")
+    if not isinstance(pools, dict):
+        return None
+    counts = {k: _count(pools.get(k)) for k in ("prefill_instances", "decode_instances")}
+    missing = [k for k, v in counts.items() if v is None]
+    if missing:
+        raise ConfigError(f"{_where(case)}: disaggregation.{missing[0]} must be a count >= 1.")
+    pp_p, pp_d = (_count(pools.get(k)) or 1 for k in ("prefill_pp", "decode_pp"))
+    if pp_p != pp_d:
+        raise ConfigError(f"{_where(case)}: its prefill and decode pools have {pp_p} and "
+                          f"{pp_d} pipeline stages; pools of different pipeline depths are not "
+                          "modelled.")  # fmt: skip
+    # (an attention data-parallel degree of 1, or false, is none)
+    if any((_count(pools.get(k)) or 1) > 1 for k in ("prefill_ep", "decode_ep",
+                                                      "prefill_attention_dp",
+                                                      "decode_attention_dp")):  # fmt: skip
+        raise ConfigError(f"{_where(case)}: its pools run expert or attention data "
+                          "parallelism; a disaggregated pool of either is not "
+                          "modelled.")  # fmt: skip
+    tp_p, tp_d = (_count(pools.get(k)) or 1 for k in ("prefill_tp", "decode_tp"))
+    return ((counts["prefill_instances"] or 1, tp_p), (counts["decode_instances"] or 1, tp_d),
+            pp_p)  # fmt: skip
 
 
 def serving_gpus(case: dict[str, Any]) -> int:
@@ -1301,6 +1345,12 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
     return out | poisson
 
 
+def _tensorrt_llm(text: str) -> bool:
+    """Whether a framework's name is TensorRT-LLM's, as sources spell it ("TensorRT-LLM", NVIDIA
+    Dynamo's "trtllm" backend and its "tensorrtllm-runtime" container)."""
+    return re.search(r"tensorrt-llm|tensorrtllm|\btrtllm\b", text.lower()) is not None
+
+
 def serving_attention_kernel(case: dict[str, Any]) -> str:
     """The fused attention kernel the case's server runs (docs/validation.md): TensorRT-LLM's
     own (``trtllm``: its context FMHA kernels, warp-specialized on Hopper "since the first
@@ -1308,7 +1358,7 @@ def serving_attention_kernel(case: dict[str, Any]) -> str:
     Blackwell; it does not call flash-attn, https://github.com/NVIDIA/TensorRT-LLM/issues/2238)
     where its framework is TensorRT-LLM, a FlashAttention-2-class kernel (``fa2``) otherwise."""
     inf = case.get("inference") or {}
-    return "trtllm" if "tensorrt-llm" in str(inf.get("framework") or "").lower() else "fa2"
+    return "trtllm" if _tensorrt_llm(str(inf.get("framework") or "")) else "fa2"
 
 
 def poisson_rate(case: dict[str, Any]) -> float | None:
@@ -1434,7 +1484,7 @@ def decode_kv_reads(case: dict[str, Any]) -> str:
     * ``per_kv_head`` otherwise (XQA, FlashAttention/FlashInfer decode kernels).
     """
     inf = case.get("inference") or {}
-    if "tensorrt-llm" not in str(inf.get("framework") or "").lower():
+    if not _tensorrt_llm(str(inf.get("framework") or "")):
         return "per_kv_head"
     version = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(inf.get("framework_version") or ""))
     if version is None:

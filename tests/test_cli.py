@@ -81,3 +81,18 @@ def test_evaluate_prints_a_serving_workloads_latencies() -> None:
     assert "tokens/J" in result.stdout and "per M tokens" in result.stdout
     plain = runner.invoke(app, ["evaluate", str(EXAMPLE)], env={"COLUMNS": "200"})
     assert plain.exit_code == 0 and "serving:" not in plain.stdout
+
+
+def test_disaggregated_pools_are_printed_by_evaluate_and_best_mapping() -> None:
+    pools = REPO / "configs" / "scenarios" / "llama3-70b-serving-h100-disaggregated.yaml"
+    result = runner.invoke(app, ["evaluate", str(pools)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "requests in flight a decode replica" in result.stdout
+    assert "pools: 4 prefill × TP 1, 1 decode × TP 4; each prompt's KV cache sent in " in (
+        result.stdout)  # fmt: skip
+    ranked = runner.invoke(app, ["best-mapping", str(pools), "--top", "40"],
+                           env={"COLUMNS": "200"})  # fmt: skip
+    assert ranked.exit_code == 0
+    assert "prefill DP" in ranked.stdout and "prefill TP" in ranked.stdout
+    # a co-located row shows no pools
+    assert any(line.rstrip(" │").endswith("-") for line in ranked.stdout.splitlines())

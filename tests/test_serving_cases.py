@@ -18,6 +18,7 @@ from deepflow.measurements import (
     SERVING_QUANTITIES,
     caching_allocator,
     decode_kv_reads,
+    disaggregated_pools,
     first_token_from_decode,
     inference_case_scenario,
     kv_cache_reservation,
@@ -264,6 +265,64 @@ def test_attention_data_parallel_spreads_the_servers_requests_over_its_ranks() -
     case = _case("trtllm_q235b_h200_tp8_128_2048")
     del case["inference"]["num_requests"]
     assert inference_case_scenario(case, batch=40).workload.global_batch_size == 40
+
+
+def test_replicas_share_the_clients_requests() -> None:
+    # two TP 4 replicas behind one client's 16 concurrent requests: 8 each
+    case = _case("trtllm_l70b_h200_tp1_128_2048")
+    case["inference"] |= {"tp": 4, "num_gpus": 8, "max_concurrency": 16, "batch_size": None}
+    scenario = inference_case_scenario(case)
+    assert scenario.mapping.data_parallel == 2 and scenario.workload.global_batch_size == 8
+
+
+def _disaggregated() -> dict[str, Any]:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    cases = json.loads((path / "serving_holdout_disaggregated.json").read_text())
+    (case,) = [c for c in cases if c["id"].startswith("triton_distributed_h100_llama31_70b_fp8_"
+                                                      "disagg")]  # fmt: skip
+    return case
+
+
+def test_disaggregated_pools_are_read_into_the_mapping() -> None:
+    # four prefill replicas of TP 2 and one decode replica of TP 8 on 16 H100s, 48 clients
+    case = _disaggregated()
+    assert disaggregated_pools(case) == ((4, 2), (1, 8), 1)
+    scenario = inference_case_scenario(case)
+    m = scenario.mapping
+    assert (m.tensor_parallel, m.data_parallel, m.prefill_replicas,
+            m.prefill_tensor_parallel) == (8, 5, 4, 2)  # fmt: skip
+    assert m.num_devices == scenario.system.num_devices == 16
+    # the clients are the decode replica's (the pool that holds them)
+    assert scenario.workload.global_batch_size == 48
+    assert evaluate_one(scenario)["pools"]["decode_replicas"] == 1
+    # a co-located case has no pools
+    assert disaggregated_pools(_case("trtllm_l70b_h200_tp1_128_2048")) is None
+
+
+@pytest.mark.parametrize(
+    ("pools", "message"),
+    [
+        ({"prefill_pp": 2}, r"its prefill and decode pools have 2 and 1 pipeline stages; pools "
+                            r"of different pipeline depths are not modelled\."),
+        ({"decode_attention_dp": 8}, r"its pools run expert or attention data parallelism; a "
+                                     r"disaggregated pool of either is not modelled\."),
+        ({"decode_instances": None}, r"disaggregation.decode_instances must be a count >= 1\."),
+    ],
+)  # fmt: skip
+def test_pools_the_model_does_not_represent_are_refused(pools: dict, message: str) -> None:
+    case = _disaggregated()
+    case["disaggregation"] |= pools
+    with pytest.raises(ConfigError, match=message):
+        inference_case_scenario(case)
+
+
+def test_published_disaggregated_runs_are_scored_or_skipped_with_a_reason() -> None:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    report = validation_report(path / "serving_holdout_disaggregated.json")
+    assert len(report["skipped"]) + len({r["id"] for r in report["cases"]}) == 54
+    reasons = " ".join(s["reason"] for s in report["skipped"])
+    assert "attention data parallelism" in reasons and "H20" in reasons
+    assert "triton_distributed_2025_02_llama31_70b_fp8_h100_disagg_vs_agg/tpot" in report["groups"]
 
 
 def test_tensor_parallel_beyond_the_kv_heads_is_read_for_serving() -> None:

@@ -29,7 +29,13 @@ from deepflow.config._schema import (
     suggest,
     yaml_keys,
 )
-from deepflow.config.mapping import STRUCTURAL, first_violation
+from deepflow.config.mapping import (
+    SERVING_TP_RULE,
+    STRUCTURAL,
+    expert_groups,
+    expert_replicas,
+    first_violation,
+)
 from deepflow.config.scaling import apply_scaling
 from deepflow.config.specs import (
     DesignDeviceSpec,
@@ -599,12 +605,20 @@ def scenario_from_mapping(
 def _check_consistency(s: Scenario, top: Ctx) -> None:
     """Cross-field rules: mapping vs system, mapping vs model, precision vs device."""
     m, sysm, wl = s.mapping, s.system, s.workload
+    _check_pools(s, top)
     if m.num_devices != sysm.num_devices:
+        replicas = (
+            f"data_parallel {m.data_parallel} × tensor_parallel {m.tensor_parallel}"
+            if m.prefill_replicas == 0 or m.prefill_tensor_parallel in (0, m.tensor_parallel)
+            else f"(prefill_replicas {m.prefill_replicas} × prefill_tensor_parallel "
+            f"{m.prefill_tensor_parallel} + {m.data_parallel - m.prefill_replicas} decode "
+            f"replicas × tensor_parallel {m.tensor_parallel})"
+        )
         raise top.child("mapping").error(
-            f"degrees do not match the system: data_parallel {m.data_parallel} × tensor_parallel "
-            f"{m.tensor_parallel} × pipeline_parallel {m.pipeline_parallel} × context_parallel "
-            f"{m.context_parallel} = {m.num_devices} devices, but system has devices_per_node "
-            f"{sysm.devices_per_node} × num_nodes {sysm.num_nodes} = {sysm.num_devices}."
+            f"degrees do not match the system: {replicas} × pipeline_parallel "
+            f"{m.pipeline_parallel} × context_parallel {m.context_parallel} = {m.num_devices} "
+            f"devices, but system has devices_per_node {sysm.devices_per_node} × num_nodes "
+            f"{sysm.num_nodes} = {sysm.num_devices}."
         )
     domain = sysm.network.scale_up.domain_size
     if sysm.devices_per_node > domain:
@@ -657,6 +671,59 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if broken is not None:
         key_name, message = broken
         raise mctx.child(key_name).error(message)
+
+
+def _check_pools(s: Scenario, top: Ctx) -> None:
+    """Disaggregated serving (``prefill_replicas``, docs/model.md §D6): a prefill pool and a
+    decode pool of whole replicas, continuous batching, experts grouped inside each pool."""
+    m, wl = s.mapping, s.workload
+    pctx = top.child("mapping.prefill_replicas")
+    if m.prefill_replicas == 0:
+        if m.prefill_tensor_parallel:
+            raise top.child("mapping.prefill_tensor_parallel").error(
+                f"({m.prefill_tensor_parallel}) is the prefill pool's degree; it needs "
+                "prefill_replicas > 0."
+            )
+        return
+    if wl.kind != "inference":
+        raise pctx.error(
+            f"({m.prefill_replicas}) splits serving replicas into a prefill and a decode pool; "
+            "a training workload takes 0."
+        )
+    if m.prefill_replicas >= m.data_parallel:
+        raise pctx.error(
+            f"({m.prefill_replicas}) must be less than data_parallel ({m.data_parallel}): the "
+            "decode pool needs at least one replica."
+        )
+    if wl.batching != "continuous":
+        raise top.child("workload.batching").error(
+            f"is {wl.batching}: a disaggregated pool (prefill_replicas > 0) batches "
+            "continuously (prompts and decodes run on different replicas)."
+        )
+    model = wl.model
+    tp_p = m.prefill_tensor_parallel
+    if isinstance(model, TransformerSpec) and tp_p not in (0, m.tensor_parallel):
+        tctx = top.child("mapping.prefill_tensor_parallel")
+        if not SERVING_TP_RULE.ok({"tensor_parallel": tp_p}, model):
+            raise tctx.error(SERVING_TP_RULE.message({"tensor_parallel": tp_p}, model))
+        if model.num_experts > 1 and (m.expert_parallel > 1 or m.expert_tensor_parallel):
+            raise tctx.error(
+                f"({tp_p}) differs from tensor_parallel ({m.tensor_parallel}): the pools then "
+                "split each expert as their dense layers (expert_parallel 1, "
+                "expert_tensor_parallel 0)."
+            )
+    if isinstance(model, TransformerSpec) and model.num_experts > 1:
+        values = {"tensor_parallel": m.tensor_parallel, "expert_parallel": m.expert_parallel,
+                  "expert_tensor_parallel": m.expert_tensor_parallel}  # fmt: skip
+        _, _, ep_dp = expert_groups(values)
+        group = int(ep_dp) * int(expert_replicas(values))
+        decode = m.data_parallel - m.prefill_replicas
+        if m.prefill_replicas % group or decode % group:
+            raise pctx.error(
+                f"({m.prefill_replicas}) and the decode pool's {decode} replicas must each be "
+                f"a multiple of the {group} replicas an expert group spans: each pool routes "
+                "its own tokens to its own experts."
+            )
 
 
 def _check_kernel_parallel(s: Scenario, mctx: Ctx) -> None:

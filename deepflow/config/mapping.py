@@ -30,6 +30,7 @@ __all__ = [
     "KNOB",
     "KNOBS",
     "RULES",
+    "SERVING_KNOBS",
     "SERVING_TP_RULE",
     "STRUCTURAL",
     "Knob",
@@ -104,6 +105,9 @@ def knobs_of(kind: str) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS if kind in k.workloads)
 
 
+#: Knobs only a serving workload reads: disaggregated prefill and decode pools
+#: (docs/model.md §D6); a training mapping leaves them 0.
+SERVING_KNOBS = ("prefill_replicas", "prefill_tensor_parallel")
 #: Mapping degrees that must factorise the device count and fit the model (the order of the
 #: design spaces' mapping tables).
 STRUCTURAL = (

@@ -461,6 +461,24 @@ class MappingSpec:
         "data_parallel / data_parallel_replicas contiguous ranks; the replicas all-reduce "
         "the sharded gradients (docs/model.md §C3.2)",
     )
+    prefill_replicas: int = knob(
+        "prefill_replicas",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="serving: data-parallel replicas that run prompts only, sending each request's KV "
+        "cache to the other replicas, which decode (disaggregated prefill and decode pools: "
+        "DistServe, Splitwise, NVIDIA Dynamo; docs/model.md §D6); 0: every replica runs both",
+    )
+    prefill_tensor_parallel: int = knob(
+        "prefill_tensor_parallel",
+        workloads=_LLM,
+        ge=0,
+        default=0,
+        doc="serving: the tensor-parallel degree of each prefill replica (0: tensor_parallel, "
+        "which the decode replicas take); the devices are then pipeline_parallel × "
+        "(prefill_replicas × prefill_tensor_parallel + decode replicas × tensor_parallel)",
+    )
     micro_batch_size: int = knob("micro_batch_size", workloads=_LLM, ge=1, default=1)
     virtual_pipeline_stages: int = knob("virtual_pipeline_stages", workloads=_LLM, ge=1, default=1)
     sequence_parallel: bool = knob("sequence_parallel", workloads=_LLM, default=True)
@@ -688,12 +706,18 @@ class MappingSpec:
 
     @property
     def num_devices(self) -> int:
-        return (
-            self.data_parallel
-            * self.tensor_parallel
-            * self.pipeline_parallel
-            * self.context_parallel
-        )
+        """Devices the mapping occupies: data × tensor × pipeline × context parallel, or, for
+        disaggregated pools of their own tensor-parallel degrees, each pool's replicas ×
+        its degree, × pipeline × context parallel (docs/model.md §D6)."""
+        return self.pipeline_parallel * self.context_parallel * self.replica_devices
+
+    @property
+    def replica_devices(self) -> int:
+        """The tensor-parallel ranks of all replicas: data_parallel × tensor_parallel, with
+        the prefill pool's at its own degree."""
+        tp_p = self.prefill_tensor_parallel or self.tensor_parallel
+        decode = self.data_parallel - self.prefill_replicas
+        return self.prefill_replicas * tp_p + decode * self.tensor_parallel
 
 
 @dataclass(frozen=True, kw_only=True)

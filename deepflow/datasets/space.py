@@ -630,6 +630,12 @@ def _check_combinations(space: DesignSpace, top: Ctx) -> None:
     vctx = top.child("variables")
     names = space.by_name
     base = space.base
+    if base.mapping.prefill_replicas:
+        raise top.child("base").child("mapping").child("prefill_replicas").error(
+            f"({base.mapping.prefill_replicas}) splits the replicas into disaggregated pools, but "
+            "a space's mappings are co-located splits of its devices; evaluate pools one "
+            "scenario at a time (deepflow evaluate, deepflow best-mapping)."
+        )
     devices: tuple[Any, ...] = _options(space, "device", base.system.device)
     models: tuple[ModelSpec, ...] = _options(space, "model", base.workload.model)
     networks: tuple[NetworkSpec, ...] = _options(space, "network", base.system.network)

@@ -13,7 +13,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, current_calibration
-from deepflow.config.mapping import KNOB, STRUCTURAL, knobs_of, valid_mappings
+from deepflow.config.mapping import (
+    KNOB,
+    SERVING_KNOBS,
+    STRUCTURAL,
+    expert_groups,
+    expert_replicas,
+    knobs_of,
+    valid_mappings,
+)
 from deepflow.config.specs import (
     GRID_AXES,
     RANK_ORDERS,
@@ -42,7 +50,7 @@ F = NDArray[np.float64]
 #: The transformer's knobs (the knob table's); best-mapping chooses all but the framework
 #: switches, and reports what it chose.
 _KNOBS = knobs_of("transformer")
-_CHOSEN = tuple(k for k in _KNOBS if not k.framework)
+_CHOSEN = tuple(k for k in _KNOBS if not k.framework and k.name not in SERVING_KNOBS)
 
 
 def _divisors(n: int) -> list[int]:
@@ -239,7 +247,8 @@ def _best_serving_mappings(
     first (1); and any MoE model with every expert split over all the devices of a stage
     (``expert_parallel`` 1, ``expert_tensor_parallel`` the devices: attention data parallelism
     with tensor-parallel experts, TensorRT-LLM's default without ``--ep``); a split two
-    layouts make the same is listed once."""
+    layouts make the same is listed once. With continuous batching, each split of the devices
+    into a prefill pool and a decode pool too (:func:`_disaggregated_layouts`; §D6)."""
     from deepflow.oracle.evaluate import evaluate_table
 
     model = scenario.workload.model
@@ -261,18 +270,18 @@ def _best_serving_mappings(
                                serving=True, fixed={"expert_tensor_parallel": etp})  # fmt: skip
         for tp, pp, dp in valid[:, degrees].tolist():
             rows.setdefault((tp, pp, dp, ep, etp or tp), (tp, pp, dp, ep, etp))
-    grid = np.array(list(rows.values()), dtype=float).reshape(-1, 5)
-    columns = {"tensor_parallel": grid[:, 0], "pipeline_parallel": grid[:, 1],
-               "data_parallel": grid[:, 2], "expert_parallel": grid[:, 3],
-               "expert_tensor_parallel": grid[:, 4]}  # fmt: skip
+    colocated = [(*row, 0, 0) for row in rows.values()]
+    grid = np.array(colocated + _disaggregated_layouts(scenario, colocated),
+                    dtype=float).reshape(-1, 7)  # fmt: skip
+    names = ("tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
+             "expert_tensor_parallel", "prefill_replicas", "prefill_tensor_parallel")  # fmt: skip
+    columns = {name: grid[:, j] for j, name in enumerate(names)}
     table = evaluate_table(scenario, columns, calibration=calibration)
     feasible = np.asarray(table["feasible"], dtype=bool)
     order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if feasible[i]][:top]
     out = [
         {
-            "mapping": {"tensor_parallel": int(grid[i, 0]), "pipeline_parallel": int(grid[i, 1]),
-                        "data_parallel": int(grid[i, 2]), "expert_parallel": int(grid[i, 3]),
-                        "expert_tensor_parallel": int(grid[i, 4])},
+            "mapping": {name: int(grid[i, j]) for j, name in enumerate(names)},
             "tokens_per_s": float(table["tokens_per_s"][i]),
             "ttft_s": float(table["ttft_s"][i]),
             "tpot_s": float(table["tpot_s"][i]),
@@ -283,6 +292,54 @@ def _best_serving_mappings(
         for i in order
     ]  # fmt: skip
     return {"num_valid": len(grid), "num_feasible": int(feasible.sum()), "mappings": out}
+
+
+#: Disaggregated layouts best-mapping enumerates at most: beyond, the pools take one
+#: tensor-parallel degree (the decode replicas', as co-located serving's).
+_MAX_POOL_LAYOUTS = 20_000
+
+
+def _disaggregated_layouts(
+    scenario: Scenario, colocated: list[tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    """Serving layouts with a prefill pool and a decode pool (docs/model.md §D6): rows (tp,
+    pp, dp, ep, etp, prefill replicas, prefill tp; prefill tp 0 where it is the decode's) of
+    P prefill replicas at tensor parallelism t_p and D decode replicas at t, pp stages each,
+    pp·(P·t_p + D·t) = the devices, P, D >= 1; t and t_p among the tensor-parallel degrees
+    the co-located rows take at pp, an MoE's experts inside each replica (expert parallelism
+    inside its tensor-parallel group, no split across replicas; with t_p ≠ t, split as the
+    dense layers: expert_parallel 1, expert_tensor_parallel 0). Where they would exceed
+    :data:`_MAX_POOL_LAYOUTS`, both pools take one degree."""
+    if scenario.workload.batching != "continuous":
+        return []
+    n = scenario.system.num_devices
+    moe = isinstance(scenario.workload.model, TransformerSpec) and (
+        scenario.workload.model.num_experts > 1
+    )
+    inside: dict[int, set[tuple[int, int, int]]] = {}  # pp -> {(tp, ep, etp)}
+    for tp, pp, _, ep, etp, _, _ in colocated:
+        values = {"tensor_parallel": tp, "expert_parallel": ep, "expert_tensor_parallel": etp}
+        _, _, ep_dp = expert_groups(values)
+        if not moe or int(ep_dp) * int(expert_replicas(values)) == 1:
+            inside.setdefault(pp, set()).add((tp, ep, etp))
+
+    def layouts(same: bool) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = []
+        for pp, shapes in sorted(inside.items()):
+            width = n // pp
+            dense = sorted({tp for tp, ep, etp in shapes if not moe or (ep, etp) == (1, 0)})
+            for tp, ep, etp in sorted(shapes):
+                prefill_tps = [tp] if same or (moe and (ep, etp) != (1, 0)) else dense
+                for tp_p in prefill_tps:
+                    for p in range(1, width // tp_p + 1):
+                        rest = width - p * tp_p
+                        if rest >= tp and rest % tp == 0:
+                            d = rest // tp
+                            out.append((tp, pp, p + d, ep, etp, p, 0 if tp_p == tp else tp_p))
+        return out
+
+    rows = layouts(same=False)
+    return rows if len(rows) <= _MAX_POOL_LAYOUTS else layouts(same=True)
 
 
 def best_mappings(

@@ -242,7 +242,20 @@ def evaluate_one(scenario: Scenario, *, calibration: Calibration | None = None) 
         **({"framework": _framework_summary(scenario)} if scenario.framework else {}),
         **_placement(scenario),
         **_serving(result, out, summary, workload, system.num_devices),
+        **_pools(scenario),
     }
+
+
+def _pools(scenario: Scenario) -> dict[str, Any]:
+    """Disaggregated serving's pools (docs/model.md §D6): replicas and tensor parallelism of
+    the prefill and of the decode pool; nothing for a co-located mapping."""
+    m = scenario.mapping
+    if scenario.workload.kind != "inference" or m.prefill_replicas == 0:
+        return {}
+    return {"pools": {"prefill_replicas": m.prefill_replicas,
+                      "prefill_tensor_parallel": m.prefill_tensor_parallel or m.tensor_parallel,
+                      "decode_replicas": m.data_parallel - m.prefill_replicas,
+                      "decode_tensor_parallel": m.tensor_parallel}}  # fmt: skip
 
 
 #: The transformer's parallel dimensions (mapping key, symbol in the rank order).

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from deepflow.config import load_scenario
-from deepflow.config.mapping import KNOB, KNOBS, STRUCTURAL, Knob, knobs_of
+from deepflow.config.mapping import KNOB, KNOBS, SERVING_KNOBS, STRUCTURAL, Knob, knobs_of
 from deepflow.config.specs import MappingSpec
 from deepflow.datasets.label import _transformer_inputs, decode, decode_x, point_scenarios
 from deepflow.datasets.space import MAPPING_KNOBS, space_from_text
@@ -149,8 +149,8 @@ def test_a_knobs_label_input_comes_from_the_table() -> None:
     scenarios = point_scenarios(space, u)
     varied = [k for k in TRANSFORMER if f"x_{k.name}" in xs]
     # a space cannot vary expert_tensor_parallel or data_parallel_replicas: the valid degrees
-    # depend on them
-    fixed = {*STRUCTURAL, "expert_tensor_parallel", "data_parallel_replicas"}
+    # depend on them; nor a training space the serving pools
+    fixed = {*STRUCTURAL, "expert_tensor_parallel", "data_parallel_replicas", *SERVING_KNOBS}
     assert {k.name for k in TRANSFORMER} - {k.name for k in varied} <= fixed
     for k in varied:
         x = xs[f"x_{k.name}"]
@@ -169,14 +169,20 @@ def test_a_knobs_best_mapping_entry_comes_from_the_table() -> None:
     # not searched: the oracle charges no time for offload copies (they overlap compute), so
     # a search would always offload; partial recompute and hybrid-sharding replicas are the
     # scenario's choice (the valid data-parallel degrees depend on the replicas)
-    as_set = ("recompute_num_layers", "activation_offload_layers", "data_parallel_replicas")
+    # (the serving pools, §D6, are a training mapping's 0)
+    as_set = (
+        "recompute_num_layers",
+        "activation_offload_layers",
+        "data_parallel_replicas",
+        *SERVING_KNOBS,
+    )
     for k in TRANSFORMER:  # framework switches stay as the scenario sets them
         if k.framework or k.name in as_set:
             assert set(columns[k.column]) == {k.encode(getattr(scenario.mapping, k.name))}
         else:
             assert len(set(columns[k.column])) > 1 or k.name in fixed_by_model, k.name
     result = best_mappings(scenario, top=3)
-    chosen = [k for k in TRANSFORMER if not k.framework]
+    chosen = [k for k in TRANSFORMER if not k.framework and k.name not in SERVING_KNOBS]
     for entry in result["mappings"]:
         assert list(entry["mapping"]) == [k.name for k in chosen]
         for k in chosen:

@@ -256,6 +256,19 @@ def test_a_serving_space_rejects_what_the_serving_model_does_not_read(
         load_space(file)
 
 
+def test_a_serving_space_refuses_a_base_of_disaggregated_pools(
+    write_yaml: Callable[..., Path],
+) -> None:
+    file = write_yaml({"base": "llama3-70b-serving-h100-disaggregated",
+                       "variables": {"tdp_W": {"type": "fixed", "value": 700}}},
+                      name="space.yaml")  # fmt: skip
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{file}: base.mapping.prefill_replicas (4) splits the replicas into disaggregated "
+            "pools, but a space's mappings are co-located splits of its devices; evaluate pools "
+            "one scenario at a time (deepflow evaluate, deepflow best-mapping).")):  # fmt: skip
+        load_space(file)
+
+
 def test_serving_space_rows_equal_one_evaluation_each() -> None:
     from deepflow.datasets.label import label_points, point_scenarios
     from deepflow.oracle.evaluate import evaluate_one

@@ -27,7 +27,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("oracle_golden.json")
-BEST_MAPPING_SCENARIOS = ("gpt3-175b-a100", "llama3-8b-h100", "lstm-a100")
+BEST_MAPPING_SCENARIOS = (
+    "gpt3-175b-a100",
+    "llama3-8b-h100",
+    "lstm-a100",
+    "llama3-70b-serving-h100-disaggregated",
+)
 DATASET_ROWS = 20_000
 _SKIP_COLUMNS = ("oracle_version", "space_sha256", "seed")
 

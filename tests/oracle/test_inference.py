@@ -657,12 +657,29 @@ def test_best_mapping_ranks_every_serving_split_by_tokens_per_second() -> None:
         global_batch_size=64,
         mapping={"tensor_parallel": 8, "data_parallel": 2},
     )
-    result = best_mappings(s, top=50)
-    splits = {(m["mapping"]["tensor_parallel"], m["mapping"]["pipeline_parallel"],
-               m["mapping"]["data_parallel"]) for m in result["mappings"]}  # fmt: skip
+    result = best_mappings(s, top=1000)
+    colocated = [m["mapping"] for m in result["mappings"] if m["mapping"]["prefill_replicas"] == 0]
+    splits = {(m["tensor_parallel"], m["pipeline_parallel"], m["data_parallel"])
+              for m in colocated}  # fmt: skip
     # TP 16 replicates the 8 KV heads; every split multiplies to the 16 devices
     assert (16, 1, 1) in splits and all(t * p * d == 16 for t, p, d in splits)
-    assert result["num_valid"] == 15  # tp in 1..16 dividing 64 heads x pp dividing the rest
+    # tp in 1..16 dividing 64 heads x pp dividing the rest: 15 co-located splits; and every
+    # split of a stage's 16/pp devices into P prefill replicas of t_p and D decode ones of t
+    # (t, t_p among that pp's degrees; docs/model.md §D6)
+    tps = {pp: [tp for tp in (1, 2, 4, 8, 16) if tp * pp <= 16] for pp in (1, 2, 4, 8, 16)}
+    pools = sum(
+        1
+        for pp, ts in tps.items()
+        for t in ts
+        for t_p in ts
+        for p in range(1, 17)
+        if 16 // pp - p * t_p >= t and (16 // pp - p * t_p) % t == 0
+    )
+    assert result["num_valid"] == 15 + pools
+    for m in (r["mapping"] for r in result["mappings"]):
+        prefill = m["prefill_replicas"] * (m["prefill_tensor_parallel"] or m["tensor_parallel"])
+        decode = (m["data_parallel"] - m["prefill_replicas"]) * m["tensor_parallel"]
+        assert m["pipeline_parallel"] * (prefill + decode) == 16
     rates = [m["tokens_per_s"] for m in result["mappings"]]
     assert rates == sorted(rates, reverse=True)
     one = evaluate_one(dataclasses.replace(s, mapping=dataclasses.replace(

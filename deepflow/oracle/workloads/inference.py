@@ -74,7 +74,7 @@ INFERENCE_COLUMNS = (
     "kv_cache_memory_fraction", "caching_allocator", "poisson", "request_rate",
     "attention_kernel",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
-    "expert_tensor_parallel",
+    "expert_tensor_parallel", "prefill_replicas", "prefill_tensor_parallel",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -414,17 +414,21 @@ def _iteration(
     # states all-gathered before the experts and the partial outputs reduce-scattered after
     # (TensorRT-LLM's attention-DP MoE, vLLM's data-parallel dispatch and combine)
     spans = np.where(s.moe & (s.etp_dp > 1), 1.0, 0.0)
-    comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0) + np.where(
-        s.moe,
-        2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act / s.ep_tp, s.ep_dp, s.tp),
-        0.0,
-    )
+    comm = 2 * o.coll("all_reduce", tokens * s.h * s.p_act, s.tp, 1.0)
+    if np.any(s.moe):
+        comm = comm + np.where(
+            s.moe,
+            2 * o.coll("all_to_all", tokens * s.topk * s.h * s.p_act / s.ep_tp, s.ep_dp, s.tp),
+            0.0,
+        )
     if np.any(spans > 0):
         gathered = tokens * s.etp_dp * s.h * s.p_act
         comm = comm + spans * (o.coll("all_gather", gathered, s.etp_dp, s.tp)
                                + o.coll("reduce_scatter", gathered, s.etp_dp, s.tp))  # fmt: skip
     stages = s.pp * s.layers
-    send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp)
+    # (no pipeline, no sends: a batch of single-stage replicas skips the collective model)
+    send = o.coll("send_recv", tokens * s.h * s.p_act / s.tp, 2.0, s.tp * s.dp) if np.any(
+        s.pp > 1) else 0.0  # fmt: skip
     # the output layer for every token that emits one: decodes and each prompt's last token
     emits = decode + prompts
     # the output layer in 16 bits (ModelOpt leaves "*lm_head*" unquantized): its time at the
@@ -444,12 +448,13 @@ def _iteration(
     }
 
 
-def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
-              cal: MemoryCalibration) -> tuple[F, F, F]:  # fmt: skip
-    """Requests the KV cache holds (``max_concurrency``), the requests that run (continuous
-    batching admits what the cache and the scheduler's caps allow and queues the rest), and
-    the offered ones."""
-    memory, per_request = _memory(caps, x, s, cal, np.zeros_like(x["global_batch_size"]))
+def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape, cal: MemoryCalibration,
+              phase: str = "serve") -> tuple[F, F]:  # fmt: skip
+    """Requests the KV cache holds (``max_concurrency``) and the most that run at once
+    (continuous batching admits what the cache and the scheduler's caps allow and queues the
+    rest); ``phase``: a replica that serves both phases, or one of a disaggregated pool's
+    (``prefill``: prompts in flight, ``decode``: requests decoding; :func:`_memory`)."""
+    memory, per_request = _memory(caps, x, s, cal, np.zeros_like(x["global_batch_size"]), phase)
     # total = (fixed + B·per_request)·(1 + fragmentation) + context + NCCL
     frag = _fragmentation(x, cal)
     fixed = (
@@ -467,17 +472,21 @@ def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape,
                                    "nccl_buffers"))  # fmt: skip
     free = np.where(fraction > 0, fraction * (caps.hbm_capacity_B - used), free)
     capacity = np.floor(np.maximum(free, 0.0) / per_request)
-    offered = x["global_batch_size"]
     limit = np.minimum(capacity, np.where(x["max_batch_size"] > 0, x["max_batch_size"], np.inf))
     # a token budget T per iteration holds B·(1 + s_in/s_out) tokens at steady state, or, when
-    # a prompt joins only every few iterations, B + s_in (the two meet at B = s_out)
+    # a prompt joins only every few iterations, B + s_in (the two meet at B = s_out); a prefill
+    # pool's iteration T / s_in whole prompts (at least one, chunked), a decode pool's T tokens
     budget, s_in, s_out = x["max_num_tokens"], x["input_tokens"], x["output_tokens"]
-    steady = budget / (1 + s_in / s_out)
-    per_stage = np.where(steady >= s_out, steady, np.maximum(budget - s_in, 1.0))
+    if phase == "prefill":
+        per_stage = np.maximum(np.floor(budget / s_in), 1.0)
+    elif phase == "decode":
+        per_stage = budget
+    else:
+        steady = budget / (1 + s_in / s_out)
+        per_stage = np.where(steady >= s_out, steady, np.maximum(budget - s_in, 1.0))
     static = x["static_batching"] > 0
     limit = np.where((budget > 0) & ~static, np.minimum(limit, np.floor(per_stage) * s.pp), limit)
-    batch = np.where(capacity >= 1, np.minimum(offered, limit), offered)
-    return capacity, batch, offered
+    return capacity, limit
 
 
 class _Run(NamedTuple):
@@ -575,13 +584,15 @@ def inference_step(
     x = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     o = ArrayOps(caps, net)
     s = _shape(caps, x)
-    capacity, batch, offered = _admitted(caps, x, s, cal)
+    capacity, limit = _admitted(caps, x, s, cal)
+    offered = x["global_batch_size"]
+    batch = np.where(capacity >= 1, np.minimum(offered, limit), offered)
     poisson = x["poisson"] > 0
     if np.any(poisson):
         lone = _run(caps, o, s, x, np.ones_like(batch)).cycle  # a request alone: C(1)
         batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch, lone), batch)
     memory, _ = _memory(caps, x, s, cal, batch)
-    s_in, s_out = x["input_tokens"], x["output_tokens"]
+    s_out = x["output_tokens"]
     full = _run(caps, o, s, x, batch)
     offline = (x["offline"] > 0) & ~poisson
     # an offline run of N requests on B slots (docs/model.md §D2, arrivals): requests of equal
@@ -652,13 +663,40 @@ def inference_step(
         wait = np.where(poisson, backlog, wait)
         ttft = np.where(poisson, backlog + full.ttft, ttft)
         latency = np.where(poisson, backlog + full.cycle, latency)
+    breakdown["kv_transfer"] = np.zeros_like(step)  # a disaggregated pool's (§D6)
     breakdown["idle"] = idle
+    out = _served(s, x, step, breakdown, memory, served) | {
+        "ttft_s": ttft,
+        "tpot_s": mean(full.tpot, tail.tpot),
+        "queue_wait_s": wait,
+        "request_latency_s": latency,
+        "max_concurrency": capacity,
+        "active_batch": batch,
+    }
+    split = x["prefill_replicas"] > 0
+    if np.any(split):
+        pools = _disaggregated(caps, o, s, x, cal)
+        out = {k: _where(split, pools[k], v) for k, v in out.items()}
+    return out
 
+
+def _where(mask: Any, a: Any, b: Any) -> Any:
+    """``np.where`` over a result's values, term by term for a breakdown (a dict)."""
+    if isinstance(b, dict):
+        return {k: np.where(mask, a[k], v) for k, v in b.items()}
+    return np.where(mask, a, b)
+
+
+def _served(s: _Shape, x: Mapping[str, F], step: Any, breakdown: dict[str, Any],
+            memory: dict[str, Any], served: Any) -> dict[str, Any]:  # fmt: skip
+    """The step's figures shared by every serving mode: ``served`` requests a replica completes
+    in a ``step`` (its time by part in ``breakdown``), the memory by term, the model FLOPs."""
     h, a = s.h, x["num_attention_heads"]
     attn = h * (a + 2 * x["num_kv_heads"]) * s.d_h + a * s.d_h * h
     active = x["num_layers"] * (attn + s.mats * h * s.ffn * np.where(s.moe, s.topk, 1.0)) + (
         2 * s.vocab * h
     )
+    s_in, s_out = x["input_tokens"], x["output_tokens"]
     return {
         "step_time_s": step,
         "breakdown_s": breakdown,
@@ -667,12 +705,133 @@ def inference_step(
         "model_flops_per_step": s.dp * 2 * active * served * (s_in + s_out),
         "tokens_per_step": s.dp * served * s_out,
         "samples_per_step": s.dp * served,
+    }
+
+
+def _disaggregated(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
+                   cal: MemoryCalibration) -> dict[str, Any]:  # fmt: skip
+    """Serving figures where ``prefill_replicas`` P of the dp replicas run prompts only and the
+    other D = dp − P decode (docs/model.md §D6; DistServe, Zhong et al. OSDI'24 §2-3;
+    Splitwise, Patel et al. ISCA'24). A request's prompt runs in a prefill replica's iteration
+    of the prompts in flight there (no decodes beside them), which emits its first token; its
+    KV cache then goes to a decode replica, each device sending its shard to its counterpart
+    (``send_recv`` over the placement's links at the distance of the prefill pool, placed
+    first); the decode replica runs its s_out − 1 further tokens in decode-only iterations (no
+    prompt stalls them). The client sees its first token once the cache has arrived (vLLM's
+    NIXL connector and NVIDIA Dynamo stream every token from the decode worker).
+
+    The system's throughput is the slowest of: the prefill pool's P·b/T_p(b) at the most
+    prompts b its memory and token budget take at once, the decode pool's D·B/C_d(B) at the
+    requests B it holds, the links' min(P, D)/t_x, and, in a closed loop, the N clients'
+    N/(T_p + t_x + C_d). The clients wait the rest of N/X (Little's law); Poisson arrivals at
+    λ hold the b and B Little's law gives each pool (:func:`_little_batch`), and wait half a
+    busy prefill iteration (or a backlog, where a pool cannot keep up: as §D2); an offline
+    queue flows through the slowest stage, the run lasting N/X and the other stages of one
+    request."""
+    s_in, s_out = x["input_tokens"], x["output_tokens"]
+    zeros = np.zeros_like(s_in)
+    # the prefill pool's replicas, of their own tensor-parallel degree where the mapping says
+    given = x["prefill_tensor_parallel"]
+    xp = {**x, "tensor_parallel": np.where(given > 0, given, x["tensor_parallel"])}
+    sp = _shape(caps, xp)
+    prefills = np.maximum(x["prefill_replicas"], 1.0)
+    decoders = np.maximum(s.dp - x["prefill_replicas"], 1.0)
+    # the requests the whole system is offered: global_batch_size per decode replica (the
+    # pool that holds them through their lives)
+    offered = decoders * x["global_batch_size"]
+    after = np.maximum(s_out - 1.0, 0.0)  # tokens the decode pool runs
+    context = s_in + s_out / 2  # as continuous batching's mean (§D2)
+    host = x["host_s_per_request"]
+
+    def prefill(b: Any) -> dict[str, Any]:  # one pass of the ⌈b/pp⌉ prompts of a micro-batch
+        micro = np.ceil(b / sp.pp)
+        part = _iteration(caps, o, sp, xp, zeros, context, micro * s_in, micro, micro * s_in)
+        part["host"] = np.maximum(micro * host - sum(part.values()), 0.0)
+        return part
+
+    def decode(b: Any) -> dict[str, Any]:  # one decode iteration of a micro-batch
+        micro = np.ceil(b / s.pp)
+        padded = np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, micro), micro)
+        part = _iteration(caps, o, s, x, micro, context, zeros, zeros, padded)
+        part["host"] = np.maximum(micro * host - sum(part.values()), 0.0)
+        return part
+
+    def t_pre(b: Any) -> Any:
+        return sum(prefill(b).values())
+
+    def c_dec(b: Any) -> Any:  # a request's time in the decode pool among b
+        return after * sum(decode(b).values())
+
+    _, limit_p = _admitted(caps, xp, sp, cal, "prefill")
+    cap_d, limit_d = _admitted(caps, x, s, cal, "decode")
+    limit_p, limit_d = np.maximum(limit_p, 1.0), np.maximum(limit_d, 1.0)
+    # the prompt's KV cache, each device's shard to its counterparts: the pool of fewer ranks
+    # sends or takes the larger shards (§D6)
+    kv_B = 2 * s.layers * s_in * np.maximum(s.kv, sp.kv) * s.d_h * x["kv_cache_bytes"]
+    t_x = o.coll("send_recv", kv_B, 2.0, prefills * sp.tp)
+    links = np.where(t_x > 0, np.minimum(prefills, decoders) / np.where(t_x > 0, t_x, 1.0),
+                     np.inf)  # fmt: skip
+
+    poisson, offline = x["poisson"] > 0, x["offline"] > 0
+    closed = ~poisson & ~offline
+    lam = np.where(poisson, x["request_rate"], 1.0)
+    # each pool at its fullest: all it is offered, at most what it admits; the system's
+    # capacity the slowest stage's there
+    most_p = np.minimum(limit_p, np.ceil(offered / prefills))
+    most_d = np.minimum(limit_d, np.ceil(offered / decoders))
+    lone_p, lone_d, full_d = t_pre(np.ones_like(s_in)), c_dec(np.ones_like(s_in)), c_dec(most_d)
+    rate_p = prefills * most_p / t_pre(most_p)
+    rate_d = np.where(full_d > 0, decoders * most_d / np.where(full_d > 0, full_d, 1.0), np.inf)
+    capacity = np.minimum(np.minimum(rate_p, rate_d), links)
+    # the rate requests flow at: Poisson's λ, an offline queue's capacity, or a closed loop's
+    # N clients over a request's path (its decode among the most requests first, then among
+    # the requests that rate holds there: Little's law), where the capacity allows
+    first = np.minimum(capacity, offered / (lone_p + t_x + full_d))
+    rate = np.where(poisson, lam, np.where(offline, capacity, first))
+    held_d = _little_batch(rate / decoders, c_dec, most_d, lone_d)
+    through = np.minimum(capacity, offered / (lone_p + t_x + c_dec(held_d)))
+    rate = np.where(closed, through, rate)
+    # the prompts in flight in a prefill replica: those that arrive while an iteration runs
+    held_p = _little_batch(rate / prefills, t_pre, most_p, lone_p)
+    slot_d = c_dec(held_d)
+    pre = prefill(held_p)
+    dec = decode(held_d)
+    t_p = sum(pre.values())
+    path = t_p + t_x + slot_d  # a request's prompt, transfer and decode
+    # closed loop: N clients at throughput X each take N/X (Little's law)
+    closed_latency = np.maximum(offered / through, path)
+    # offline: the queue drains through the slowest stage; the others of one request add
+    stage = np.where(capacity == rate_d, slot_d, np.where(capacity == rate_p, t_p, t_x))
+    offline_span = offered / capacity + path - stage
+    # Poisson (§D2): a prompt waits half a busy prefill iteration; a system that cannot keep
+    # up works through a backlog
+    keeps = lam <= capacity
+    busy_p = -np.expm1(-lam / prefills * t_p)
+    arrive = (offered - 1) / lam
+    span = np.where(keeps, arrive + path,
+                    np.maximum(arrive + lone_p + t_x + lone_d, offline_span))  # fmt: skip
+    backlog = np.where(keeps, busy_p * t_p / 2,
+                       np.maximum((offered - 1) / 2 * (span / offered - 1 / lam), 0.0))  # fmt: skip
+    step = np.where(closed, path, np.where(offline, offline_span, span))
+    wait = np.where(closed, closed_latency - path,
+                    np.where(offline, (offline_span - path) / 2, backlog))  # fmt: skip
+    served = np.where(closed, through * path, offered) / s.dp  # per replica, as §D2
+    breakdown = {f"prefill_{k}": v for k, v in pre.items()}
+    breakdown |= {f"decode_{k}": after * v for k, v in dec.items()}
+    breakdown["kv_transfer"] = t_x
+    breakdown["idle"] = step - path
+    mem_p, _ = _memory(caps, xp, sp, cal, held_p, "prefill")
+    mem_d, _ = _memory(caps, x, s, cal, held_d, "decode")
+    larger = sum(mem_p.values()) > sum(mem_d.values())
+    memory = {k: np.where(larger, mem_p[k], v) for k, v in mem_d.items()}
+    ttft = wait + t_p + t_x
+    return _served(s, x, step, breakdown, memory, served) | {
         "ttft_s": ttft,
-        "tpot_s": mean(full.tpot, tail.tpot),
+        "tpot_s": sum(dec.values()),
         "queue_wait_s": wait,
-        "request_latency_s": latency,
-        "max_concurrency": capacity,
-        "active_batch": batch,
+        "request_latency_s": ttft + slot_d,
+        "max_concurrency": cap_d,
+        "active_batch": held_d,
     }
 
 
@@ -680,17 +839,23 @@ def _poisson_batch(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
                    limit: F, lone: F) -> F:  # fmt: skip
     """The requests a replica holds in flight under Poisson arrivals at λ = request_rate / dp
     (docs/model.md §D2): by Little's law a server that keeps up holds B = λ·C(B), C(B) the slot
-    of a request among B; the smallest whole B with λ·C(B) <= B (C(B)/B falls as the batch
-    shares each weight read), at least one, at most ``limit`` (what the KV cache and the
-    scheduler admit, where the server falls behind); ``lone`` is C(1). Bisection over whole
-    requests."""
-    lam = _arrival_rate(x, s)
+    of a request among B (:func:`_little_batch`); ``limit``: what the KV cache and the
+    scheduler admit, where the server falls behind; ``lone`` is C(1)."""
+    return _little_batch(_arrival_rate(x, s), lambda b: _run(caps, o, s, x, b).cycle, limit,
+                         lone)  # fmt: skip
+
+
+def _little_batch(rate: F, slot: Any, limit: F, lone: F) -> F:
+    """The smallest whole B with rate·slot(B) <= B (Little's law: requests arriving at
+    ``rate`` that each hold a place for ``slot(B)`` seconds among B keep B in flight; slot(B)/B
+    falls as B requests share each weight read), at least one (``lone`` = slot(1)), at most
+    ``limit``, which it returns where no B up to it keeps up. Bisection over whole requests."""
     high = np.maximum(limit, 1.0)
     low = np.ones_like(high)
-    keeps_up = lam * lone <= low
+    keeps_up = rate * lone <= low
     for _ in range(int(np.ceil(np.log2(float(np.max(high)) + 1.0))) + 1):
         mid = np.floor((low + high) / 2)
-        ok = lam * _run(caps, o, s, x, mid).cycle <= mid
+        ok = rate * slot(mid) <= mid
         high, low = np.where(ok, mid, high), np.where(ok, low, mid)
     return np.where(keeps_up, 1.0, high)
 
@@ -724,11 +889,19 @@ def _slow16(caps: DeviceCaps) -> Any:
 
 
 def _memory(
-    caps: DeviceCaps, x: Mapping[str, F], s: _Shape, cal: MemoryCalibration, batch: F
+    caps: DeviceCaps,
+    x: Mapping[str, F],
+    s: _Shape,
+    cal: MemoryCalibration,
+    batch: F,
+    phase: str = "serve",
 ) -> tuple[dict[str, F], F]:
     """Bytes per device by term for ``batch`` running requests, and what one more request adds
     (its KV cache, at full context or its mean context as the scheduler reserves it; its share
-    of an iteration's activations and logits)."""
+    of an iteration's activations and logits). ``phase``: ``serve`` (a replica running both
+    phases), or a disaggregated pool's: ``prefill`` (``batch`` prompts in flight, each holding
+    its prompt's KV cache until it is sent) or ``decode`` (requests decoding one token an
+    iteration; docs/model.md §D6)."""
     h, d_h, tp = s.h, s.d_h, s.tp
     attn = h * (s.q + 2 * s.kv) * d_h + s.q * d_h * h
     mlp = s.mats * h * s.ffn / tp
@@ -748,6 +921,8 @@ def _memory(
     # their s_out tokens hold s_in + s_out/2 each on average, and the scheduler preempts the
     # newest when the blocks run out, so the pool holds that many requests at steady state
     held = s_in + np.where(x["kv_on_demand"] > 0, s_out / 2, s_out)
+    if phase == "prefill":
+        held = s_in
     kv = 2 * s.layers * held * s.kv * d_h * x["kv_cache_bytes"]
     # an iteration's widest activation (the MLP's up projection, per expert pick) and hidden
     # state, per token it carries: continuous batching's B(1 + s_in/s_out) + s_in, a static
@@ -760,8 +935,11 @@ def _memory(
     act = ((s.mats - 1) * wide + h * np.where(s.moe, s.etp_dp, 1.0)) * s.p_act
     static, budget = x["static_batching"] > 0, x["max_num_tokens"]
     slope = np.where(static, s_in, 1 + s_in / s_out) / s.pp
+    fixed = np.where(static, 0.0, s_in)
+    if phase != "serve":  # a pool's iteration: its prompts' tokens, or one token a request
+        slope, fixed = (s_in if phase == "prefill" else 1.0) / s.pp, 0.0 * s_in
     slope = np.where(budget > 0, 0.0, slope)
-    fixed = np.where(budget > 0, budget, np.where(static, 0.0, s_in))
+    fixed = np.where(budget > 0, budget, fixed)
     logits = s.vocab / tp * _LOGIT_BYTES / s.pp
     per_request = kv + act * slope + logits
     activations = act * (fixed + slope * batch) + logits * batch

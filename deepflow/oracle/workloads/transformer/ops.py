@@ -340,11 +340,17 @@ def _coll(kind: str, msg: F, size: F, net: NetworkModel, stride: F, axes: F | fl
         except TypeError:  # a network with array fields is not hashable
             pass
     if arrays[0].size > _DEDUP_MIN_ROWS and not net._prepared.batch_shape:
-        # One network, many mappings: few distinct (message, group, stride, axes); evaluate those.
-        unique, inverse = _unique_columns(np.stack([a.ravel() for a in arrays]))
-        times = collective_time_s(kind, unique[0], unique[1], net=net, stride=unique[2],
-                                  axes=unique[3])  # fmt: skip
-        return np.asarray(times[inverse].reshape(arrays[0].shape), dtype=float)
+        # One network, many mappings: few distinct (message, group, stride, axes); evaluate those
+        # (an empty message or a group of one takes 0 s, as collective_time_s gives)
+        flat = np.stack([a.ravel() for a in arrays])
+        talks = ~((np.maximum(flat[1], 1.0) <= 1) | (flat[0] <= 0))
+        out = np.zeros(flat.shape[1])
+        if np.any(talks):
+            unique, inverse = _unique_columns(flat[:, talks])
+            times = collective_time_s(kind, unique[0], unique[1], net=net, stride=unique[2],
+                                      axes=unique[3])  # fmt: skip
+            out[talks] = times[inverse]
+        return out.reshape(arrays[0].shape)
     return np.asarray(
         collective_time_s(kind, msg, size, net=net, stride=stride, axes=axes), dtype=float
     )
