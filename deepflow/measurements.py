@@ -1186,6 +1186,11 @@ def inference_case_scenario(case: dict[str, Any], batch: int | None = None) -> A
         if not inf.get("ep"):
             etp = gpus // pp
         tp = 1
+    elif _count(inf.get("moe_tp")) and ep > 1:
+        # a stated MoE tensor-parallel degree (TensorRT-LLM's moe_tensor_parallel_size, with
+        # moe_tp × moe_ep = tp_size): each expert split over that many ranks, whole experts
+        # over the others of the tensor-parallel group (docs/model.md §D1)
+        etp = _count(inf.get("moe_tp")) or 0
     dp = max(1, gpus // (tp * pp))
     pools = disaggregated_pools(case)
     if requests is not None and pools is None:

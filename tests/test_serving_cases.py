@@ -325,6 +325,23 @@ def test_published_disaggregated_runs_are_scored_or_skipped_with_a_reason() -> N
     assert "triton_distributed_2025_02_llama31_70b_fp8_h100_disagg_vs_agg/tpot" in report["groups"]
 
 
+def test_nvidias_measured_deployments_are_read_with_their_moe_layout() -> None:
+    # aiconfigurator's silicon sample: one replica of tp GPUs at its engine's batch size; a
+    # stated MoE tensor-parallel degree (moe_tp x moe_ep = tp) splits each expert that many ways
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    cases = json.loads((path / "serving_holdout_aiconfigurator.json").read_text())
+    assert len(cases) == 1238
+    (moe,) = [c for c in cases if c["inference"].get("moe_tp") == 1
+              and c["inference"]["tp"] == 8][:1]  # fmt: skip
+    m = inference_case_scenario(moe).mapping
+    assert (m.tensor_parallel, m.expert_parallel, m.expert_tensor_parallel) == (8, 8, 1)
+    dense = cases[0]
+    scenario = inference_case_scenario(dense)
+    assert scenario.mapping.data_parallel == 1
+    assert scenario.workload.global_batch_size == dense["inference"]["max_concurrency"]
+    assert {r["quantity"] for r in score_inference_case(dense)} == {"ttft", "tpot"}
+
+
 def test_tensor_parallel_beyond_the_kv_heads_is_read_for_serving() -> None:
     case = _case("trtllm_q235b_h200_tp8_128_2048")
     del case["inference"]["attention_dp"]

@@ -631,9 +631,10 @@ def _check_combinations(space: DesignSpace, top: Ctx) -> None:
     names = space.by_name
     base = space.base
     if base.mapping.prefill_replicas:
-        raise top.child("base").child("mapping").child("prefill_replicas").error(
-            f"({base.mapping.prefill_replicas}) splits the replicas into disaggregated pools, but "
-            "a space's mappings are co-located splits of its devices; evaluate pools one "
+        pools = top.child("base").child("mapping").child("prefill_replicas")
+        raise pools.error(
+            f"({base.mapping.prefill_replicas}) splits the replicas into disaggregated pools, "
+            "but a space's mappings are co-located splits of its devices; evaluate pools one "
             "scenario at a time (deepflow evaluate, deepflow best-mapping)."
         )
     devices: tuple[Any, ...] = _options(space, "device", base.system.device)
