@@ -1344,6 +1344,7 @@ def serving_scheduler(case: dict[str, Any], scenario: Any) -> dict[str, Any]:
         out["max_batch_size"], out["max_num_tokens"] = trtllm_bench_limits(case, scenario)
     else:
         out["max_batch_size"], out["max_num_tokens"] = (v or 0 for v in stated_limits)
+    out["prompt_tokens_per_iteration"] = out["max_num_tokens"] or prompt_tokens_per_iteration(case)
     poisson = poisson_arrivals(case)
     if poisson.get("max_batch_size") and out["max_batch_size"]:
         poisson["max_batch_size"] = min(poisson["max_batch_size"], out["max_batch_size"])
@@ -1529,6 +1530,44 @@ def trtllm_bench_limits(case: dict[str, Any], scenario: Any) -> tuple[int, int]:
     max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
     max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
     return max_bs, max(max_tokens, isl + max_bs)
+
+
+def prompt_tokens_per_iteration(case: dict[str, Any]) -> int:
+    """The prompt tokens the case's server takes into one iteration where the case states no
+    budget (docs/model.md §D2, bursts): its stated ``chunked_prefill_size``, else the
+    framework's default per-iteration budget on the case's GPU —
+
+    * TensorRT-LLM: ``max_num_tokens`` 8192 (its ``BuildConfig`` default, which trtllm-serve
+      and NVIDIA Dynamo's TensorRT-LLM worker pass on: https://nvidia.github.io/TensorRT-LLM/
+      performance/performance-tuning-guide/tuning-max-batch-size-and-max-num-tokens.html);
+    * vLLM's V1 engine (0.8 on): ``max_num_batched_tokens`` 8192 for the OpenAI server on a GPU
+      of 70 GiB or more (16,384 for the offline ``LLM`` class), 2048 for the server on smaller
+      ones (https://github.com/vllm-project/vllm/blob/v0.19.1/vllm/engine/arg_utils.py,
+      ``get_batch_defaults``; v0.8.0's matched H100 and H200 by name); before 0.8 (V0,
+      ``max(max_model_len, 2048)`` without chunked prefill) not known here: 0;
+    * SGLang: ``chunked_prefill_size`` 8192, 16384 on a GPU of 160 GiB or more (B200;
+      https://github.com/sgl-project/sglang/blob/v0.5.3/python/sglang/srt/server_args.py,
+      ``_handle_gpu_memory_settings``);
+
+    0 (prompts arriving apart, one an iteration) for any other server."""
+    inf = case.get("inference") or {}
+    stated = _count(inf.get("chunked_prefill_size"))
+    if stated:
+        return stated
+    text = str(inf.get("framework") or "")
+    memory_gb = _number_or_none(_get(case.get("hardware"), "memory_gb")) or 0.0
+    if _tensorrt_llm(text):
+        return 8192
+    if re.search(r"\bvllm\b", text.lower()):
+        version = re.search(r"(\d+)\.(\d+)", str(inf.get("framework_version") or text))
+        if version is not None and (int(version[1]), int(version[2])) < (0, 8):
+            return 0
+        if memory_gb < 70 * 2**30 / 1e9:
+            return 2048
+        return 16384 if offline_run(case) else 8192
+    if re.search(r"\bsglang\b", text.lower()):
+        return 16384 if memory_gb >= 160 * 2**30 / 1e9 else 8192
+    return 0
 
 
 def kv_cache_memory_fraction(case: dict[str, Any]) -> float:

@@ -25,6 +25,7 @@ from deepflow.measurements import (
     offline_run,
     poisson_arrivals,
     poisson_rate,
+    prompt_tokens_per_iteration,
     serving_scheduler,
     trtllm_bench_limits,
 )
@@ -123,6 +124,32 @@ def test_an_offline_run_is_read_from_the_mode_or_an_infinite_request_rate() -> N
     assert not offline_run(case)  # --request-rate inf --max-concurrency 64: 64 clients
     case["inference"]["mode"] = "offline fixed batch"
     assert offline_run(case)  # the batch of a latency benchmark, issued at once
+
+
+def test_each_servers_default_prompt_budget_is_read_where_the_case_states_none() -> None:
+    case = _case("trtllm_l70b_h200_tp1_128_2048")
+    inf = case["inference"]
+    # a trtllm-bench run: its own engine's max_num_tokens
+    scenario = inference_case_scenario(case)
+    assert scenario.workload.prompt_tokens_per_iteration == scenario.workload.max_num_tokens > 0
+    inf |= {"framework": "TensorRT-LLM 1.2 (trtllm-serve)", "mode": "closed loop"}
+    assert prompt_tokens_per_iteration(case) == 8192
+    inf["framework"], inf["framework_version"] = "vLLM", "0.12.0"
+    assert prompt_tokens_per_iteration(case) == 8192  # the OpenAI server on a 141 GB H200
+    case["hardware"]["memory_gb"] = 48
+    assert prompt_tokens_per_iteration(case) == 2048
+    inf["framework_version"] = "0.6.3"  # V0: not known here
+    assert prompt_tokens_per_iteration(case) == 0
+    inf["framework"], inf["framework_version"] = "SGLang 0.5.6", None
+    case["hardware"]["memory_gb"] = 180
+    assert prompt_tokens_per_iteration(case) == 16384  # a B200
+    case["hardware"]["memory_gb"] = 80
+    assert prompt_tokens_per_iteration(case) == 8192
+    inf["chunked_prefill_size"] = 4096
+    assert prompt_tokens_per_iteration(case) == 4096
+    inf["framework"] = "NVIDIA NIM 1.8.0"
+    del inf["chunked_prefill_size"]
+    assert prompt_tokens_per_iteration(case) == 0
 
 
 def test_a_finite_request_rate_is_read_as_poisson_arrivals() -> None:

@@ -352,6 +352,14 @@ class WorkloadSpec:
         "max_num_tokens", ge=0, default=0,
         doc="serving: the scheduler's cap on tokens (prompt + decode) per iteration (0: none)",
     )  # fmt: skip
+    prompt_tokens_per_iteration: int = key(
+        "prompt_tokens_per_iteration", ge=0, default=0,
+        doc="serving: prompt tokens the scheduler takes into one iteration when prompts wait "
+            "together (fixed-length clients that start together, an offline queue): its token "
+            "budget or chunked-prefill size, so such prompts join in bursts that stay in phase "
+            "(docs/model.md §D2; Poisson arrivals only in a backlog); 0: prompts arrive apart "
+            "and join one an iteration",
+    )  # fmt: skip
     host_s_per_request: float = key(
         "host_us_per_request", scale=1e-6, ge=0, default=0.0,
         doc="serving: the framework's host time per running request and iteration (an iteration "

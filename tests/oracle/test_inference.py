@@ -381,6 +381,29 @@ def test_continuous_batching_joins_prompts_to_running_decodes() -> None:
     assert one[0]["tpot_s"] == pytest.approx(one[1]["tpot_s"], rel=1e-12)
 
 
+def test_prompts_that_wait_together_join_in_bursts_of_the_schedulers_tokens() -> None:
+    # 8 fixed-length clients that start together, 1,024-token prompts: a budget of 4,096 prompt
+    # tokens an iteration takes them 4 at a time, in 2 bursts that stay in phase (§D2)
+    apart, bursts = (evaluate_one(serving(global_batch_size=8, prompt_tokens_per_iteration=t))
+                     for t in (0, 4096))  # fmt: skip
+    iteration = bursts["ttft_s"]
+    # a burst's iteration carries 4 prompts and the other 4 requests' decodes; one apart, 1
+    assert iteration > 3 * apart["ttft_s"]
+    # each request's 127 later tokens wait for the other burst's prompts only, not 7 others'
+    assert bursts["tpot_s"] < apart["tpot_s"]
+    carrying = 8 / 4  # iterations of a request's 128 that carry prompts
+    decode = (bursts["step_time_s"] - carrying * iteration) / (128 - carrying)
+    assert bursts["tpot_s"] == pytest.approx((iteration + 126 * decode) / 127, rel=1e-12)
+    # a budget below a prompt takes one prompt an iteration: as prompts that arrive apart
+    one = evaluate_one(serving(global_batch_size=8, prompt_tokens_per_iteration=512))
+    assert one["ttft_s"] == apart["ttft_s"] and one["tpot_s"] == apart["tpot_s"]
+    # Poisson arrivals do not wait together
+    poisson = {"arrivals": "poisson", "request_rate": 4.0, "global_batch_size": 50}
+    assert evaluate_one(serving(**poisson, prompt_tokens_per_iteration=8192)) == evaluate_one(
+        serving(**poisson)
+    )
+
+
 def test_cuda_graph_padding_runs_decode_at_the_next_captured_batch() -> None:
     base = {"global_batch_size": 100, "output_tokens": 2048, "batching": "static"}
     padded = evaluate_one(serving(**base, cuda_graph_padding=True))

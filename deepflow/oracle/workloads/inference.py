@@ -69,6 +69,7 @@ INFERENCE_COLUMNS = (
     "ffn_hidden_size", "swiglu", "vocab_size", "tied_embeddings", "num_experts",
     "experts_per_token", "input_tokens", "output_tokens", "global_batch_size", "kv_cache_bytes",
     "static_batching", "offline", "kv_on_demand", "max_batch_size", "max_num_tokens",
+    "prompt_tokens_per_iteration",
     "cuda_graph_padding", "host_s_per_request",
     "kv_reads_per_query_head", "first_token_from_decode", "weight_scale_block",
     "kv_cache_memory_fraction", "caching_allocator", "poisson", "request_rate",
@@ -509,9 +510,16 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
     micro = np.ceil(batch / s.pp)
     # prompts per iteration: continuous batching's steady state, or the whole static batch
     joining = micro / s_out
-    prompts = np.where(static, micro, np.maximum(joining, 1.0))
+    # prompts that wait together (fixed-length clients that start together, an offline queue)
+    # join in bursts of the scheduler's prompt tokens an iteration, which stay in phase: every
+    # request lasts as long, so each burst's requests finish and come back together (§D2)
+    tokens = x["prompt_tokens_per_iteration"]
+    bursts = (tokens > 0) & ~static & (x.get("together", 1.0) > 0)
+    burst = np.minimum(micro, np.maximum(np.floor(tokens / s_in), 1.0))
+    prompts = np.where(static, micro, np.maximum(joining, np.where(bursts, burst, 1.0)))
     # iterations (of a request's s_out) that carry prompts
-    carrying = np.where(static, 1.0, s_out * np.minimum(joining, 1.0))
+    carrying = np.where(static, 1.0, np.where(bursts, micro / prompts,
+                                              s_out * np.minimum(joining, 1.0)))  # fmt: skip
     context = s_in + s_out / 2  # decode time is linear in the context: its mean
     padded = np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, micro), micro)
     dec = _iteration(caps, o, s, x, micro, context, 0.0, 0.0, padded)
@@ -588,9 +596,14 @@ def inference_step(
     offered = x["global_batch_size"]
     batch = np.where(capacity >= 1, np.minimum(offered, limit), offered)
     poisson = x["poisson"] > 0
+    # prompts wait together (§D2, bursts) in a closed loop, an offline queue, and a Poisson
+    # stream the server cannot keep up with (its backlog); Poisson arrivals it serves come apart
+    x = {**x, "together": np.where(poisson, 0.0, 1.0)}
     if np.any(poisson):
         lone = _run(caps, o, s, x, np.ones_like(batch)).cycle  # a request alone: C(1)
         batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch, lone), batch)
+        flood = poisson & (_arrival_rate(x, s) * _run(caps, o, s, x, batch).cycle > batch)
+        x["together"] = np.where(flood, 1.0, x["together"])
     memory, _ = _memory(caps, x, s, cal, batch)
     s_out = x["output_tokens"]
     full = _run(caps, o, s, x, batch)
@@ -991,6 +1004,7 @@ class InferenceWorkload(Workload):
             "kv_on_demand": float(workload.kv_cache_reservation == "on_demand"),
             "max_batch_size": float(workload.max_batch_size),
             "max_num_tokens": float(workload.max_num_tokens),
+            "prompt_tokens_per_iteration": float(workload.prompt_tokens_per_iteration),
             "cuda_graph_padding": float(workload.cuda_graph_padding),
             "host_s_per_request": workload.host_s_per_request,
             "kv_reads_per_query_head": float(workload.decode_kv_reads == "per_query_head"),
