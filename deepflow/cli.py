@@ -321,15 +321,26 @@ def best_mapping(
     top: Annotated[int, typer.Option("--top", min=1, help="How many mappings to print.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     wide: _Wide = False,
-) -> None:
+    max_ttft_s: Annotated[float | None, typer.Option(
+        "--max-ttft-s", help="Serving: keep the mappings whose time to first token is at most "
+        "this (s).")] = None,
+    max_tpot_ms: Annotated[float | None, typer.Option(
+        "--max-tpot-ms", help="Serving: keep the mappings whose time per output token is at "
+        "most this (ms).")] = None,
+) -> None:  # fmt: skip
     """Enumerate every valid mapping for the model and system; rank the feasible ones."""
 
     def body() -> None:
         from deepflow.config import load_scenario
         from deepflow.oracle.best_mapping import best_mappings
 
-        _emit(best_mappings(load_scenario(scenario), top=top), as_json,
-              lambda r: _print_mappings(r, wide=wide))  # fmt: skip
+        for flag, value in (("--max-ttft-s", max_ttft_s), ("--max-tpot-ms", max_tpot_ms)):
+            if value is not None and not value > 0:
+                raise ConfigError(f"{flag} must be > 0; got {value:g}.")
+        tpot = None if max_tpot_ms is None else max_tpot_ms / 1e3
+        result = best_mappings(load_scenario(scenario), top=top, max_ttft_s=max_ttft_s,
+                               max_tpot_s=tpot)  # fmt: skip
+        _emit(result, as_json, lambda r: _print_mappings(r, wide=wide))
 
     _guard(body)
 
@@ -363,6 +374,10 @@ def _print_serving_mappings(result: dict[str, Any], *, wide: bool) -> None:
                      str(m["prefill_tensor_parallel"] or m["tensor_parallel"]) if split
                      else "-"]  # fmt: skip
     title = f"{result['num_feasible']:,} feasible of {result['num_valid']:,} valid mappings"
+    if "slo" in result:
+        bounds = ", ".join(f"TTFT ≤ {v:g} s" if k == "max_ttft_s" else f"TPOT ≤ {1e3 * v:g} ms"
+                           for k, v in result["slo"].items())  # fmt: skip
+        title += f", {result['num_within_slo']:,} within {bounds}"
     _print_table(title, columns, rows, wide=wide)
 
 

@@ -96,3 +96,8 @@ def test_disaggregated_pools_are_printed_by_evaluate_and_best_mapping() -> None:
     assert "prefill DP" in ranked.stdout and "prefill TP" in ranked.stdout
     # a co-located row shows no pools
     assert any(line.rstrip(" │").endswith("-") for line in ranked.stdout.splitlines())
+    slo = runner.invoke(app, ["best-mapping", str(pools), "--max-tpot-ms", "20"],
+                        env={"COLUMNS": "200"})  # fmt: skip
+    assert slo.exit_code == 0 and " within TPOT ≤ 20 ms" in slo.stdout
+    bad = runner.invoke(app, ["best-mapping", str(pools), "--max-tpot-ms", "0"])
+    assert bad.exit_code == 2 and "--max-tpot-ms must be > 0; got 0." in bad.output

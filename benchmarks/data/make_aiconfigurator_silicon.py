@@ -36,33 +36,28 @@ CONFIGS = "aic-core/src/aiconfigurator_core/model_configs"
 URL = f"https://github.com/ai-dynamo/aiconfigurator/blob/{COMMIT}/{CSV_PATH}"
 OUT = Path(__file__).with_name("serving_holdout_aiconfigurator.json")
 
-#: The models kept, their shapes as the commit's model_configs state them (config file).
+_LLAMA_8B = {
+    "config": "meta-llama--Meta-Llama-3.1-8B_config.json", "type": "decoder-only dense, GQA",
+    "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
+    "ffn_hidden": 14336, "vocab": 128256, "params_billion": 8.03,
+}  # fmt: skip
+_QWEN3_32B = {
+    "config": "Qwen--Qwen3-32B_config.json", "type": "decoder-only dense, GQA (qk-norm)",
+    "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8, "head_dim": 128,
+    "ffn_hidden": 25600, "vocab": 151936, "params_billion": 32.8,
+}  # fmt: skip
+#: The models kept, their shapes as the commit's model_configs state them (config file; an
+#: NVIDIA-quantized checkpoint has its base model's shapes).
 MODELS: dict[str, dict[str, Any]] = {
     "meta-llama/Llama-3.1-70B": {
         "config": "meta-llama--Meta-Llama-3.1-70B_config.json", "type": "decoder-only dense, GQA",
         "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "head_dim": 128,
         "ffn_hidden": 28672, "vocab": 128256, "params_billion": 70.6,
     },
-    "meta-llama/Llama-3.1-8B-Instruct": {
-        "config": "meta-llama--Meta-Llama-3.1-8B_config.json", "type": "decoder-only dense, GQA",
-        "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
-        "ffn_hidden": 14336, "vocab": 128256, "params_billion": 8.03,
-    },
-    "nvidia/Llama-3.1-8B-Instruct-FP8": {
-        "config": "meta-llama--Meta-Llama-3.1-8B_config.json", "type": "decoder-only dense, GQA",
-        "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
-        "ffn_hidden": 14336, "vocab": 128256, "params_billion": 8.03,
-    },
-    "Qwen/Qwen3-32B": {
-        "config": "Qwen--Qwen3-32B_config.json", "type": "decoder-only dense, GQA (qk-norm)",
-        "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8, "head_dim": 128,
-        "ffn_hidden": 25600, "vocab": 151936, "params_billion": 32.8,
-    },
-    "nvidia/Qwen3-32B-NVFP4": {
-        "config": "Qwen--Qwen3-32B_config.json", "type": "decoder-only dense, GQA (qk-norm)",
-        "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8, "head_dim": 128,
-        "ffn_hidden": 25600, "vocab": 151936, "params_billion": 32.8,
-    },
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA_8B,
+    "nvidia/Llama-3.1-8B-Instruct-FP8": _LLAMA_8B,
+    "Qwen/Qwen3-32B": _QWEN3_32B,
+    "nvidia/Qwen3-32B-NVFP4": _QWEN3_32B,
     "Qwen/Qwen3-235B-A22B-FP8": {
         "config": "Qwen--Qwen3-235B-A22B-FP8_config.json",
         "type": "decoder-only MoE, GQA, 128 routed experts top-8, no shared expert",

@@ -235,7 +235,7 @@ def _distinct_grid_axes(scenario: Scenario) -> list[int]:
 
 
 def _best_serving_mappings(
-    scenario: Scenario, top: int, calibration: Calibration
+    scenario: Scenario, top: int, calibration: Calibration, slo: dict[str, float]
 ) -> dict[str, Any]:
     """Serving: every tensor × pipeline × data-parallel split of the devices that the serving
     mapping rules admit (tensor parallel dividing the attention heads and dividing or
@@ -278,7 +278,11 @@ def _best_serving_mappings(
     columns = {name: grid[:, j] for j, name in enumerate(names)}
     table = evaluate_table(scenario, columns, calibration=calibration)
     feasible = np.asarray(table["feasible"], dtype=bool)
-    order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if feasible[i]][:top]
+    # a latency SLO keeps the mappings within it (DistServe's goodput: throughput within it)
+    within = feasible.copy()
+    for name, bound in slo.items():
+        within &= np.asarray(table[name]) <= bound
+    order = [i for i in np.argsort(-table["tokens_per_s"], kind="stable") if within[i]][:top]
     out = [
         {
             "mapping": {name: int(grid[i, j]) for j, name in enumerate(names)},
@@ -291,7 +295,11 @@ def _best_serving_mappings(
         }
         for i in order
     ]  # fmt: skip
-    return {"num_valid": len(grid), "num_feasible": int(feasible.sum()), "mappings": out}
+    result = {"num_valid": len(grid), "num_feasible": int(feasible.sum()), "mappings": out}
+    if slo:
+        result |= {"slo": {f"max_{k}": v for k, v in slo.items()},
+                   "num_within_slo": int(within.sum())}  # fmt: skip
+    return result
 
 
 #: Disaggregated layouts best-mapping enumerates at most: beyond, the pools take one
@@ -343,10 +351,13 @@ def _disaggregated_layouts(
 
 
 def best_mappings(
-    scenario: Scenario, *, top: int = 10, calibration: Calibration | None = None
-) -> dict[str, Any]:
+    scenario: Scenario, *, top: int = 10, calibration: Calibration | None = None,
+    max_ttft_s: float | None = None, max_tpot_s: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Evaluate every valid mapping and return the ``top`` fastest feasible ones
-    (``calibration``: default the files in use).
+    (``calibration``: default the files in use). A serving scenario may set a latency SLO:
+    ``max_ttft_s`` and ``max_tpot_s`` keep only the mappings within it (the result then says
+    ``num_within_slo``).
 
     Returns:
         ``num_valid``, ``num_feasible`` and ``mappings``: a list of dicts, fastest first, with
@@ -357,8 +368,17 @@ def best_mappings(
         ``violated_device_constraints`` say which budget rules every mapping out). When none
         is feasible, ``violations`` counts the mappings breaking each constraint.
     """
+    slo = {k: v for k, v in (("ttft_s", max_ttft_s), ("tpot_s", max_tpot_s)) if v is not None}
+    for name, bound in slo.items():
+        if not bound > 0:
+            raise ConfigError(f"max_{name} must be > 0; got {bound:g}.")
     if scenario.workload.kind == "inference":
-        return _best_serving_mappings(scenario, top, calibration or current_calibration())
+        return _best_serving_mappings(scenario, top, calibration or current_calibration(), slo)
+    if slo:
+        raise ConfigError(
+            f"{scenario.source}: a latency SLO (max_{next(iter(slo))}) applies to serving "
+            "scenarios (workload.kind: inference); this one trains."
+        )
     structural, chosen = _picks(scenario)
     cal = calibration or current_calibration()
     device = scenario.system.device

@@ -222,3 +222,38 @@ def test_training_and_moe_pools_are_refused_with_the_reason() -> None:
                        r"tensor_parallel \(2\): the pools then split each expert as their dense "
                        r"layers"):  # fmt: skip
         scenario_from_mapping(moe, file="<pools>")
+
+
+def test_best_mapping_keeps_the_splits_within_a_latency_slo() -> None:
+    from deepflow.config import load_scenario
+    from deepflow.oracle.best_mapping import best_mappings
+    from tests.conftest import REPO
+
+    scenario = load_scenario(REPO / "configs/scenarios/llama3-70b-serving-h100-disaggregated.yaml")
+    every = best_mappings(scenario, top=1000)
+    slo = best_mappings(scenario, top=1000, max_tpot_s=0.020)
+    within = [m for m in every["mappings"] if m["tpot_s"] <= 0.020]
+    # the same evaluations, those within the SLO kept, still ranked by tokens/s
+    assert slo["mappings"] == within and slo["num_within_slo"] == len(within) > 0
+    assert slo["slo"] == {"max_tpot_s": 0.020} and slo["num_feasible"] == every["num_feasible"]
+    # at 20 ms a token only decode pools free of prompts serve Llama 3 70B on one DGX H100
+    assert all(m["mapping"]["prefill_replicas"] > 0 for m in slo["mappings"])
+    assert every["mappings"][0]["mapping"]["prefill_replicas"] == 0  # the fastest overall
+    both = best_mappings(scenario, top=1000, max_tpot_s=0.020, max_ttft_s=1.0)
+    assert all(m["ttft_s"] <= 1.0 for m in both["mappings"])
+    assert both["num_within_slo"] < slo["num_within_slo"]
+
+
+def test_a_latency_slo_is_refused_for_training_and_when_not_positive() -> None:
+    from deepflow.config import load_scenario
+    from deepflow.oracle.best_mapping import best_mappings
+    from tests.conftest import REPO
+
+    training = load_scenario(REPO / "configs/scenarios/llama3-8b-h100.yaml")
+    with pytest.raises(ConfigError, match=r"llama3-8b-h100.yaml: a latency SLO \(max_tpot_s\) "
+                       r"applies to serving scenarios \(workload.kind: inference\); this one "
+                       r"trains\."):  # fmt: skip
+        best_mappings(training, max_tpot_s=0.05)
+    serving = load_scenario(REPO / "configs/scenarios/llama3-70b-serving-h100.yaml")
+    with pytest.raises(ConfigError, match=r"max_ttft_s must be > 0; got 0\."):
+        best_mappings(serving, max_ttft_s=0.0)
