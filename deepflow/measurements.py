@@ -863,12 +863,9 @@ def _network(case: dict[str, Any], preset: str, per_node: int) -> str | dict[str
 #: represent (docs/validation.md): key -> what it is. A case stating one is skipped with the
 #: reason rather than modelled as the plain architecture it would otherwise be read as.
 _UNMODELLED_ARCHITECTURE = {
-    "kv_lora_rank": "multi-head latent attention (a compressed KV latent, DeepSeek-V2/V3)",
-    "num_shared_experts": "shared experts beside the routed ones",
-    "n_shared_experts": "shared experts beside the routed ones",
-    "dense_layers": "dense layers among the MoE layers",
-    "first_k_dense_replace": "dense layers among the MoE layers",
     "sliding_window": "sliding-window attention",
+    "shared_expert_intermediate_size": "a shared expert of a width of its own",
+    "shared_ffn_hidden": "a shared expert of a width of its own",
 }
 
 
@@ -920,7 +917,39 @@ def _model(
         out["num_experts"] = int(experts)
         out["experts_per_token"] = int(_get(model, "experts_per_token", "top_k", "moe_top_k",
                                             "topk") or 1)  # fmt: skip
-    return out
+    return out | _deepseek_layers(case, model, out)
+
+
+def _deepseek_layers(case: dict[str, Any], model: dict[str, Any],
+                     out: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The serving-only model keys of a DeepSeek-V2/V3-style model (docs/model.md §D7), from its
+    Hugging Face config names: latent attention (``kv_lora_rank``, ``q_lora_rank``,
+    ``qk_rope_head_dim``; each head's no-RoPE width ``qk_nope_head_dim``, its value width
+    ``v_head_dim``, which the model takes equal), shared experts (``n_shared_experts``) and dense
+    first layers (``first_k_dense_replace``) of ``ffn_hidden`` beside experts of
+    ``moe_ffn_hidden``; nothing for another model."""
+    keys: dict[str, Any] = {}
+    latent = _count(_get(model, "kv_lora_rank"))
+    if latent:
+        rope = int(_get(model, "qk_rope_head_dim", "rope_head_dim") or 0)
+        nope, value = _get(model, "qk_nope_head_dim"), _get(model, "v_head_dim")
+        if nope is not None and value is not None and int(nope) != int(value):
+            raise ConfigError(f"{_where(case)}: model.qk_nope_head_dim ({nope}) and v_head_dim "
+                              f"({value}) differ; latent attention is modelled with equal "
+                              "widths (DeepSeek-V2/V3).")  # fmt: skip
+        width = nope or value or int(_need(case, "model.head_dim")) - rope
+        keys |= {"kv_lora_rank": latent, "q_lora_rank": int(_get(model, "q_lora_rank") or 0),
+                 "rope_head_dim": rope, "head_dim": int(width)}  # fmt: skip
+    shared = _count(_get(model, "num_shared_experts", "n_shared_experts"))
+    dense = _count(_get(model, "dense_layers", "first_k_dense_replace"))
+    if shared:
+        keys["num_shared_experts"] = shared
+    if dense:
+        keys["first_dense_layers"] = dense
+    dense_width, expert_width = _get(model, "ffn_hidden"), _get(model, "moe_ffn_hidden")
+    if (shared or dense) and dense_width and expert_width and out.get("num_experts"):
+        keys |= {"ffn_hidden_size": int(dense_width), "moe_ffn_hidden_size": int(expert_width)}
+    return keys
 
 
 def _is_moe(model: dict[str, Any]) -> bool:

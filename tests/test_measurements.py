@@ -251,10 +251,8 @@ def test_an_moe_models_experts_take_their_own_width() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "what"),
     [
-        ("kv_lora_rank", 512, r"multi-head latent attention \(a compressed KV latent"),
-        ("num_shared_experts", 1, "shared experts beside the routed ones"),
-        ("first_k_dense_replace", 3, "dense layers among the MoE layers"),
         ("sliding_window", 4096, "sliding-window attention"),
+        ("shared_expert_intermediate_size", 5632, "a shared expert of a width of its own"),
     ],
 )  # fmt: skip
 def test_an_architecture_the_model_does_not_represent_is_named(key: str, value: int,
@@ -266,6 +264,20 @@ def test_an_architecture_the_model_does_not_represent_is_named(key: str, value: 
         training_case_scenario(case)
     case["model"][key] = None  # stated as absent (Mixtral's sliding_window: null)
     training_case_scenario(case)
+
+
+def test_latent_attention_is_read_and_served_only() -> None:
+    # DeepSeek-V3's latent attention, read from its config names, is a serving model (§D7)
+    case = _case()
+    case["model"].update(kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+                         qk_nope_head_dim=128, v_head_dim=128, head_dim=192)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"workload.model.kv_lora_rank \(512\) is modelled "
+                       r"for serving \(workload.kind: inference\) only\."):  # fmt: skip
+        training_case_scenario(case)
+    case["model"]["v_head_dim"] = 96
+    with pytest.raises(ConfigError, match=r"model.qk_nope_head_dim \(128\) and v_head_dim "
+                       r"\(96\) differ"):  # fmt: skip
+        training_case_scenario(case)
 
 
 def test_public_cases_under_new_group_names_score_identically(tmp_path: Path) -> None:

@@ -12,11 +12,12 @@ or the raw file at that commit. Each row is one deployment measured by NVIDIA: i
 size and tensor / MoE parallelism, the concurrency its client held (in the row's
 ``silicon_data_source``), and the measured TTFT and TPOT in ms.
 
-Kept: aggregated rows (``mode`` agg) of the models whose shapes the transformer model represents
-(Llama 3.1 8B and 70B, Qwen3-32B, Qwen3-235B-A22B: GQA, no latent attention, no shared
-experts, no sliding windows; their shapes from the same commit's ``model_configs``), one
-pipeline stage, no attention data parallelism, and a stated concurrency equal to the engine's
-batch size (one replica: a concurrency above it does not say how many replicas shared it).
+Kept: aggregated rows (``mode`` agg) of the models whose shapes the serving model represents
+(Llama 3.1 8B and 70B, Qwen3-32B, Qwen3-235B-A22B; DeepSeek-V3 and -R1 with latent attention,
+shared experts and dense first layers, docs/model.md §D7; no sliding windows; their shapes from
+the same commit's ``model_configs``), one pipeline stage on one node (at most 8 GPUs), no
+attention data parallelism, and a stated concurrency equal to the engine's batch size (one
+replica: a concurrency above it does not say how many replicas shared it).
 Everything the row does not state is listed under ``inferred``. A check only: no constant is
 fitted on these rows (benchmarks/data/README.md).
 """
@@ -46,6 +47,16 @@ _QWEN3_32B = {
     "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8, "head_dim": 128,
     "ffn_hidden": 25600, "vocab": 151936, "params_billion": 32.8,
 }  # fmt: skip
+_DEEPSEEK_V3 = {
+    "config": "deepseek-ai--DeepSeek-V3_config.json",
+    "type": "decoder-only MoE, multi-head latent attention, 1 shared + 256 routed experts, the "
+            "first 3 layers dense",
+    "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": None, "head_dim": 192,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "v_head_dim": 128, "ffn_hidden": 18432, "moe_ffn_hidden": 2048, "num_experts": 256,
+    "num_shared_experts": 1, "experts_per_token": 8, "dense_layers": 3, "vocab": 129280,
+    "params_billion": 671, "active_params_billion": 37,
+}  # fmt: skip
 #: The models kept, their shapes as the commit's model_configs state them (config file; an
 #: NVIDIA-quantized checkpoint has its base model's shapes).
 MODELS: dict[str, dict[str, Any]] = {
@@ -58,6 +69,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": _LLAMA_8B,
     "Qwen/Qwen3-32B": _QWEN3_32B,
     "nvidia/Qwen3-32B-NVFP4": _QWEN3_32B,
+    "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3 | {"config": "deepseek-ai--DeepSeek-R1_config.json"},
     "Qwen/Qwen3-235B-A22B-FP8": {
         "config": "Qwen--Qwen3-235B-A22B-FP8_config.json",
         "type": "decoder-only MoE, GQA, 128 routed experts top-8, no shared expert",
@@ -108,6 +121,7 @@ def _case(row: dict[str, str]) -> dict[str, Any] | None:
     shape = MODELS.get(row["model_path"])
     concurrency = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
     if (row["mode"] != "agg" or shape is None or row["pp_size"] not in ("", "1")
+            or int(row["tp_size"]) > 8
             or row["attention_dp_size"] not in ("", "0", "1") or concurrency is None
             or int(concurrency[1]) != int(row["batch_size"] or -1)):  # fmt: skip
         return None

@@ -607,6 +607,7 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     """Cross-field rules: mapping vs system, mapping vs model, precision vs device."""
     m, sysm, wl = s.mapping, s.system, s.workload
     _check_pools(s, top)
+    _check_serving_architecture(s, top)
     if m.num_devices != sysm.num_devices:
         replicas = (
             f"data_parallel {m.data_parallel} × tensor_parallel {m.tensor_parallel}"
@@ -672,6 +673,36 @@ def _check_consistency(s: Scenario, top: Ctx) -> None:
     if broken is not None:
         key_name, message = broken
         raise mctx.child(key_name).error(message)
+
+
+#: Model keys the serving model reads and the training model does not (docs/model.md §D7).
+SERVING_MODEL_KEYS = ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "moe_ffn_hidden_size",
+                      "num_shared_experts", "first_dense_layers")  # fmt: skip
+
+
+def _check_serving_architecture(s: Scenario, top: Ctx) -> None:
+    """Latent attention, shared experts and dense layers before MoE ones are served only, and
+    the last two belong to an MoE model with MoE layers left."""
+    model, wl = s.workload.model, s.workload
+    if not isinstance(model, TransformerSpec):
+        return
+    mctx = top.child("workload.model")
+    if wl.kind != "inference":
+        for name in SERVING_MODEL_KEYS:
+            if getattr(model, name):
+                raise mctx.child(name).error(
+                    f"({getattr(model, name)}) is modelled for serving (workload.kind: "
+                    "inference) only."
+                )
+    for name in ("num_shared_experts", "first_dense_layers", "moe_ffn_hidden_size"):
+        if getattr(model, name) and model.num_experts <= 1:
+            raise mctx.child(name).error(
+                f"({getattr(model, name)}) needs a mixture of experts (num_experts > 1)."
+            )
+    if model.first_dense_layers >= model.num_layers:
+        raise mctx.child("first_dense_layers").error(
+            f"({model.first_dense_layers}) must be less than num_layers ({model.num_layers})."
+        )
 
 
 def _check_pools(s: Scenario, top: Ctx) -> None:

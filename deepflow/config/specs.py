@@ -274,6 +274,38 @@ class TransformerSpec:
         doc="the output layer reuses the input embedding's vocab x hidden matrix (GPT-2/3, "
             "Megatron's GPT default, MPT, BLOOM); Llama-style models keep two",
     )  # fmt: skip
+    # Serving only (docs/model.md §D7): DeepSeek-V2/V3's multi-head latent attention, shared
+    # experts and dense layers before the MoE ones
+    kv_lora_rank: int = key(
+        "kv_lora_rank", ge=0, default=0,
+        doc="serving: multi-head latent attention's compressed KV width, cached once a token "
+            "for every head (DeepSeek-V3 512; 0: none); head_dim is then each head's no-RoPE "
+            "query/key and value width",
+    )  # fmt: skip
+    q_lora_rank: int = key(
+        "q_lora_rank", ge=0, default=0,
+        doc="serving: with latent attention, the queries' compressed width (DeepSeek-V3 1536; "
+            "0: queries projected from the hidden state)",
+    )  # fmt: skip
+    rope_head_dim: int = key(
+        "rope_head_dim", ge=0, default=0,
+        doc="serving: with latent attention, the decoupled RoPE query/key width a head adds, "
+            "its key shared by the heads and cached beside the latent (DeepSeek-V3 64)",
+    )  # fmt: skip
+    moe_ffn_hidden_size: int = key(
+        "moe_ffn_hidden_size", ge=0, default=0,
+        doc="serving: each routed and shared expert's width (0: ffn_hidden_size, which the "
+            "dense layers take)",
+    )  # fmt: skip
+    num_shared_experts: int = key(
+        "num_shared_experts", ge=0, default=0,
+        doc="serving: experts every token runs beside its routed ones (DeepSeek-V3 1)",
+    )  # fmt: skip
+    first_dense_layers: int = key(
+        "first_dense_layers", ge=0, default=0,
+        doc="serving: the first layers are dense MLPs of ffn_hidden_size before the MoE ones "
+            "(DeepSeek-V3's first_k_dense_replace 3)",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepflow.config.calibration import Calibration, MemoryCalibration
+from deepflow.config.loader import SERVING_MODEL_KEYS
 from deepflow.config.mapping import KNOB, expert_groups, expert_replicas
 from deepflow.config.specs import MappingSpec, TransformerSpec, WorkloadSpec
 from deepflow.oracle.hardware import BYTES_PER_ELEMENT, DeviceCaps
@@ -76,6 +77,8 @@ INFERENCE_COLUMNS = (
     "attention_kernel",
     "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel",
     "expert_tensor_parallel", "prefill_replicas", "prefill_tensor_parallel",
+    "kv_lora_rank", "q_lora_rank", "rope_head_dim", "moe_ffn_hidden_size", "num_shared_experts",
+    "first_dense_layers",
 )  # fmt: skip
 #: A serving evaluation's own outputs (docs/model.md part D).
 SERVING_OUTPUTS = ("ttft_s", "tpot_s", "queue_wait_s", "request_latency_s", "max_concurrency",
@@ -116,12 +119,24 @@ class _Shape(NamedTuple):
     p_act: float  # activations and messages stay 16-bit (§C6.4)
     w_bytes: F  # bytes a quantized layer weight takes with its block scale (§D1)
     blockwise: NDArray[np.bool_]  # the layer weights carry block scales (§D1)
+    # DeepSeek-V3's layers (§D7): latent attention, shared experts, dense layers first
+    mla: NDArray[np.bool_]  # multi-head latent attention
+    c_kv: F  # its cached latent width
+    rope: F  # its decoupled RoPE key/query width
+    q_lora: F  # its compressed query width (0: none)
+    moe_ffn: F  # each expert's width (ffn: the dense layers')
+    shared: F  # shared experts
+    dense: F  # the share of an MoE model's layers that are dense
+    novel: NDArray[np.bool_]  # any of the above
 
 
 def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
     h, a, tp = x["hidden_size"], x["num_attention_heads"], x["tensor_parallel"]
     d_h = np.where(x["head_dim"] > 0, x["head_dim"], h / a)
     etp, ep_tp, ep_dp = (np.asarray(v, dtype=float) for v in expert_groups(x))
+    mla = x["kv_lora_rank"] > 0
+    moe_ffn = np.where(x["moe_ffn_hidden_size"] > 0, x["moe_ffn_hidden_size"], x["ffn_hidden_size"])
+    dense = np.where(x["num_experts"] > 1, x["first_dense_layers"] / x["num_layers"], 0.0)
     return _Shape(
         layers=np.ceil(x["num_layers"] / x["pipeline_parallel"]), h=h, d_h=d_h, q=a / tp,
         # TensorRT-LLM bench/build/tuning.py: adjusted_num_kv_heads = max(tp, kv)
@@ -133,6 +148,9 @@ def _shape(caps: DeviceCaps, x: Mapping[str, F]) -> _Shape:
         p_act=max(caps.bytes_per_element, 2.0),
         w_bytes=caps.bytes_per_element + _scale_bytes(caps, x["weight_scale_block"]),
         blockwise=_scale_bytes(caps, x["weight_scale_block"]) > 0,
+        mla=mla, c_kv=x["kv_lora_rank"], rope=x["rope_head_dim"], q_lora=x["q_lora_rank"],
+        moe_ffn=moe_ffn, shared=x["num_shared_experts"], dense=dense,
+        novel=mla | (x["num_shared_experts"] > 0) | (dense > 0) | (moe_ffn != x["ffn_hidden_size"]),
     )  # fmt: skip
 
 
@@ -336,13 +354,48 @@ def _layer_gemms(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
     used = local * -np.expm1(tokens * replicas * np.log1p(-s.topk / np.maximum(s.experts, 2.0)))
     rows = tokens * s.topk * replicas * local / np.maximum(s.experts, 1.0)  # routed here
     per_expert = rows / np.maximum(used, 1e-300)
-    up_e, down_e = (s.mats - 1) * s.ffn / s.etp, s.ffn / s.etp
+    up_e, down_e = (s.mats - 1) * s.moe_ffn / s.etp, s.moe_ffn / s.etp
     experts = _gemm(caps, s, per_expert, up_e, s.h, used, used * up_e * s.h, grouped=True) + _gemm(
         caps, s, per_expert, s.h, down_e, used, used * down_e * s.h, grouped=True
     )
     # the router stays 16-bit (ModelOpt's default configs leave "*router*" unquantized)
     router = _gemm(caps, s, tokens, s.experts, s.h, w_bytes=s.p_act)
-    return qkv + proj + np.where(s.moe, router + experts, dense)
+    moe = router + experts
+    if np.any(s.novel):
+        # §D7: shared experts every token runs (one dense GEMM pair, split as the dense
+        # layers), the first layers dense, and latent attention's projections
+        shared = s.shared * s.moe_ffn / s.tp
+        moe = moe + np.where(s.shared > 0, _gemm(caps, s, tokens, (s.mats - 1) * shared, s.h)
+                             + _gemm(caps, s, tokens, s.h, shared), 0.0)  # fmt: skip
+        moe = np.where(s.dense > 0, (1 - s.dense) * moe + s.dense * dense, moe)
+        qkv = np.where(s.mla, _latent_projections(caps, s, tokens), qkv)
+    return qkv + proj + np.where(s.moe, moe, dense)
+
+
+def _latent_weights(s: _Shape, heads: Any) -> Any:
+    """A latent attention layer's weight elements for ``heads`` heads (§D7): the query's
+    compression and expansion (or its projection from the hidden state), the latent and RoPE
+    key's compression, the latent's expansion to keys and values, the output projection."""
+    h, q_width = s.h, heads * (s.d_h + s.rope)
+    query = np.where(s.q_lora > 0, h * s.q_lora + s.q_lora * q_width, h * q_width)
+    return query + h * (s.c_kv + s.rope) + s.c_kv * 2 * heads * s.d_h + heads * s.d_h * h
+
+
+def _latent_projections(caps: DeviceCaps, s: _Shape, tokens: Any) -> Any:
+    """Multi-head latent attention's projections of ``tokens`` on one device (§D7; DeepSeek-V2,
+    arXiv 2405.04434 §2.1.2-2.1.3): the query's compression to q_lora and its expansion to the
+    rank's heads × (head_dim + rope) (or that expansion from the hidden state), the key-value
+    latent and the shared RoPE key from the hidden state (c_kv + rope; both compressions
+    replicated on the tensor-parallel ranks), and the latent's expansion to the heads' keys and
+    values (2·head_dim a head): at prefill K and V from the latent, at decode the same weights
+    absorbed into the query and the output (as many FLOPs and bytes a token)."""
+    q_width = s.q * (s.d_h + s.rope)
+    query = np.where(s.q_lora > 0, _gemm(caps, s, tokens, s.q_lora, s.h)
+                     + _gemm(caps, s, tokens, q_width, np.maximum(s.q_lora, 1.0)),
+                     _gemm(caps, s, tokens, q_width, s.h))  # fmt: skip
+    latent = _gemm(caps, s, tokens, s.c_kv + s.rope, s.h)
+    expand = _gemm(caps, s, tokens, 2 * s.q * s.d_h, np.maximum(s.c_kv, 1.0))
+    return query + latent + expand
 
 
 def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, context: Any,
@@ -384,6 +437,17 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
     )
     pre = np.maximum(4 * prompt_tokens * s_in * causal * s.q * s.d_h / rate * length,
                      io / bandwidth)  # fmt: skip
+    if np.any(s.mla):
+        # latent attention (§D7): a decode attends, absorbed, over the cached latent and RoPE
+        # key (c_kv + rope a token, read once for all heads, as multi-query attention) with
+        # c_kv-wide values; a prompt over its expanded keys (head_dim + rope) and values
+        latent_B = decode * context * (s.c_kv + s.rope) * x["kv_cache_bytes"]
+        flops = 2 * decode * context * s.q * (2 * s.c_kv + s.rope)
+        dec = np.where(s.mla, np.maximum(flops / rate, latent_B / bandwidth), dec)
+        widths = 2 * s.d_h + s.rope  # query-key and value widths a head
+        io = 2 * prompt_tokens * s.q * widths * s.p_act
+        flops = 2 * prompt_tokens * s_in * causal * s.q * widths
+        pre = np.where(s.mla, np.maximum(flops / rate * length, io / bandwidth), pre)
     launch = caps.kernel_launch_s
     return np.where(decode > 0, dec + launch, 0.0) + np.where(prompt_tokens > 0, pre + launch,
                                                               0.0)  # fmt: skip
@@ -406,8 +470,16 @@ def _iteration(
     # (where each expert's split spans etp_dp replicas, a rank routes the gathered tokens of
     # all of them; its activation elements stay T·k·F/t: etp = t·etp_dp)
     routing = np.where(s.moe, 2 * (s.topk + 1) * tokens * s.etp_dp * s.h, 0.0)
-    elementwise = o.mem((8 * gemm_tokens * s.h + rotary + 3 * expert_tokens * s.ffn / s.tp
-                         + routing) * s.p_act, 0.0, np.where(s.moe, 6, 4))  # fmt: skip
+    gated = 3 * expert_tokens * s.ffn / s.tp
+    if np.any(s.novel):
+        # §D7: RoPE on the heads' rope part and the shared key; the experts' and shared
+        # experts' activations in the MoE layers, the dense MLP's in the first ones
+        rotary = np.where(s.mla, 2 * tokens * (s.q + 1) * s.rope, rotary)
+        moe = 3 * tokens * (s.topk + s.shared) * s.moe_ffn / s.tp
+        blend = (1 - s.dense) * moe + s.dense * 3 * tokens * s.ffn / s.tp
+        gated = np.where(s.novel & s.moe, blend, gated)
+    elementwise = o.mem((8 * gemm_tokens * s.h + rotary + gated + routing) * s.p_act, 0.0,
+                        np.where(s.moe, 6, 4))  # fmt: skip
     # the attention's and the MLP's all-reduces over the tensor-parallel group (which also sums
     # the expert outputs of its ep_tp expert-parallel ranks); an MoE's dispatch and combine
     # all-to-alls over the ep_dp replicas, each of the ep_tp ranks sending its share of the
@@ -709,6 +781,12 @@ def _served(s: _Shape, x: Mapping[str, F], step: Any, breakdown: dict[str, Any],
     active = x["num_layers"] * (attn + s.mats * h * s.ffn * np.where(s.moe, s.topk, 1.0)) + (
         2 * s.vocab * h
     )
+    if np.any(s.novel):  # §D7: the parameters a token runs through
+        latent = _latent_weights(s, a)
+        mlp = np.where(s.moe, (1 - s.dense) * (s.topk + s.shared) * s.moe_ffn + s.dense * s.ffn,
+                       s.ffn)  # fmt: skip
+        novel = x["num_layers"] * (np.where(s.mla, latent, attn) + s.mats * h * mlp)
+        active = np.where(s.novel, novel + 2 * s.vocab * h, active)
     s_in, s_out = x["input_tokens"], x["output_tokens"]
     return {
         "step_time_s": step,
@@ -781,6 +859,8 @@ def _disaggregated(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
     # the prompt's KV cache, each device's shard to its counterparts: the pool of fewer ranks
     # sends or takes the larger shards (§D6)
     kv_B = 2 * s.layers * s_in * np.maximum(s.kv, sp.kv) * s.d_h * x["kv_cache_bytes"]
+    # (a latent attention's cache is one latent and RoPE key a token on every rank, §D7)
+    kv_B = np.where(s.mla, s.layers * s_in * (s.c_kv + s.rope) * x["kv_cache_bytes"], kv_B)
     t_x = o.coll("send_recv", kv_B, 2.0, prefills * sp.tp)
     links = np.where(t_x > 0, np.minimum(prefills, decoders) / np.where(t_x > 0, t_x, 1.0),
                      np.inf)  # fmt: skip
@@ -923,6 +1003,14 @@ def _memory(
     # output layer in 16 bits (ModelOpt's _default_disabled_quantizer_cfg: "*lm_head*",
     # "*router*"; the embedding is a lookup table, no linear layer)
     sixteen = np.where(s.moe, h * s.experts, 0.0) + 4 * h
+    if np.any(s.novel):
+        # §D7: latent attention's projections; the routed experts of width moe_ffn and the
+        # shared ones (split as the dense layers) in the MoE layers, the dense MLP in the first
+        experts = s.mats * h * s.moe_ffn * (s.experts / s.ep / s.etp + s.shared / tp)
+        per_layer = (np.where(s.mla, _latent_weights(s, s.q), attn)
+                     + np.where(s.moe, (1 - s.dense) * experts + s.dense * mlp, mlp))  # fmt: skip
+        linear = np.where(s.novel, per_layer, linear)
+        sixteen = np.where(s.novel & s.moe, (1 - s.dense) * h * s.experts + 4 * h, sixteen)
     # the input embedding and the output layer, one matrix where they are tied on one stage
     embedding = np.where((s.pp > 1) | (x["tied_embeddings"] > 0), 1.0, 2.0) * s.vocab * h / tp
     weights = s.layers * (linear * s.w_bytes + sixteen * s.p_act) + embedding * s.p_act
@@ -937,6 +1025,9 @@ def _memory(
     if phase == "prefill":
         held = s_in
     kv = 2 * s.layers * held * s.kv * d_h * x["kv_cache_bytes"]
+    # latent attention caches one latent and RoPE key a token for all heads, on every rank of
+    # the tensor-parallel group (§D7)
+    kv = np.where(s.mla, s.layers * held * (s.c_kv + s.rope) * x["kv_cache_bytes"], kv)
     # an iteration's widest activation (the MLP's up projection, per expert pick) and hidden
     # state, per token it carries: continuous batching's B(1 + s_in/s_out) + s_in, a static
     # batch's B·s_in, or the scheduler's token budget, which the framework allocates up front
@@ -945,6 +1036,10 @@ def _memory(
     # as wide as an expert's share on a rank (ffn / etp); where each expert's split spans
     # etp_dp replicas, their gathered hidden states too
     wide = np.where(s.moe, s.topk * s.ep_dp * s.etp_dp * s.ffn / s.etp, s.ffn / tp)
+    if np.any(s.novel):  # the experts' width; a dense first layer's where it is wider (§D7)
+        routed = s.topk * s.ep_dp * s.etp_dp * s.moe_ffn / s.etp
+        first = np.where(s.dense > 0, s.ffn / tp, 0.0)
+        wide = np.where(s.novel & s.moe, np.maximum(routed, first), wide)
     act = ((s.mats - 1) * wide + h * np.where(s.moe, s.etp_dp, 1.0)) * s.p_act
     static, budget = x["static_batching"] > 0, x["max_num_tokens"]
     slope = np.where(static, s_in, 1 + s_in / s_out) / s.pp
@@ -1015,6 +1110,7 @@ class InferenceWorkload(Workload):
             "poisson": float(workload.arrivals == "poisson"),
             "request_rate": float(workload.request_rate),
         }
+        values |= {k: float(getattr(model, k)) for k in SERVING_MODEL_KEYS}  # §D7
         return {k: values[k] for k in INFERENCE_COLUMNS}
 
     def step(
