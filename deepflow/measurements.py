@@ -1574,9 +1574,9 @@ def prompt_tokens_per_iteration(case: dict[str, Any]) -> int:
       ones (https://github.com/vllm-project/vllm/blob/v0.19.1/vllm/engine/arg_utils.py,
       ``get_batch_defaults``; v0.8.0's matched H100 and H200 by name); before 0.8 (V0,
       ``max(max_model_len, 2048)`` without chunked prefill) not known here: 0;
-    * SGLang: ``chunked_prefill_size`` 8192, 16384 on a GPU of 160 GiB or more (B200;
-      https://github.com/sgl-project/sglang/blob/v0.5.3/python/sglang/srt/server_args.py,
-      ``_handle_gpu_memory_settings``);
+    * SGLang: ``chunked_prefill_size`` 8192, from 0.4.7 16384 on a GPU of 160 GiB or more
+      (B200; https://github.com/sgl-project/sglang/blob/v0.5.3/python/sglang/srt/server_args.py,
+      ``_handle_gpu_memory_settings``; v0.4.0's 8192 on every GPU of 25 GB or more);
 
     0 (prompts arriving apart, one an iteration) for any other server."""
     inf = case.get("inference") or {}
@@ -1595,7 +1595,9 @@ def prompt_tokens_per_iteration(case: dict[str, Any]) -> int:
             return 2048
         return 16384 if offline_run(case) else 8192
     if re.search(r"\bsglang\b", text.lower()):
-        return 16384 if memory_gb >= 160 * 2**30 / 1e9 else 8192
+        version = re.search(r"(\d+)\.(\d+)\.(\d+)", str(inf.get("framework_version") or text))
+        early = version is not None and tuple(int(v) for v in version.groups()) < (0, 4, 7)
+        return 16384 if memory_gb >= 160 * 2**30 / 1e9 and not early else 8192
     return 0
 
 

@@ -143,6 +143,9 @@ def test_each_servers_default_prompt_budget_is_read_where_the_case_states_none()
     inf["framework"], inf["framework_version"] = "SGLang 0.5.6", None
     case["hardware"]["memory_gb"] = 180
     assert prompt_tokens_per_iteration(case) == 16384  # a B200
+    inf["framework_version"] = "v0.4.1"
+    assert prompt_tokens_per_iteration(case) == 8192  # before 0.4.7: 8192 on every GPU
+    inf["framework_version"] = None
     case["hardware"]["memory_gb"] = 80
     assert prompt_tokens_per_iteration(case) == 8192
     inf["chunked_prefill_size"] = 4096

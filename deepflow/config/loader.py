@@ -748,7 +748,8 @@ def _check_pools(s: Scenario, top: Ctx) -> None:
         values = {"tensor_parallel": m.tensor_parallel, "expert_parallel": m.expert_parallel,
                   "expert_tensor_parallel": m.expert_tensor_parallel}  # fmt: skip
         _, _, ep_dp = expert_groups(values)
-        group = int(ep_dp) * int(expert_replicas(values))
+        # (at least one: an expert layout the EP rules reject is reported by them, below)
+        group = max(int(ep_dp) * int(expert_replicas(values)), 1)
         decode = m.data_parallel - m.prefill_replicas
         if m.prefill_replicas % group or decode % group:
             raise pctx.error(

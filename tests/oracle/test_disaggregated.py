@@ -214,6 +214,12 @@ def test_training_and_moe_pools_are_refused_with_the_reason() -> None:
                        r"pool's 3 replicas must each be a multiple of the 4 replicas an expert "
                        r"group spans"):  # fmt: skip
         scenario_from_mapping(moe, file="<pools>")
+    # an expert layout the EP rules reject is reported by them, pools or not
+    moe["mapping"] = {"tensor_parallel": 4, "data_parallel": 2, "expert_parallel": 2,
+                      "expert_tensor_parallel": 1, "prefill_replicas": 1}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"mapping.expert_parallel \(2\) must be a multiple "
+                       r"of the expert-parallel ranks in each tensor-parallel group"):  # fmt: skip
+        scenario_from_mapping(moe, file="<pools>")
     moe["mapping"] = {"tensor_parallel": 2, "data_parallel": 4, "expert_parallel": 2,
                       "expert_tensor_parallel": 1, "prefill_replicas": 2,
                       "prefill_tensor_parallel": 1}  # fmt: skip
