@@ -100,6 +100,17 @@ def test_throughput_is_the_slower_pools() -> None:
     assert few > 1.5 * many
 
 
+def test_a_prefill_iteration_takes_the_prompts_its_budget_holds() -> None:
+    # a prefill-bound loop (8,192-token prompts, one prefill GPU for seven decoding): without a
+    # budget the prefill replica batches what its memory holds; with 8,192 prompt tokens an
+    # iteration, one prompt at a time, and its activations shrink to one prompt's
+    heavy = {"input_tokens": 8192, "output_tokens": 16, "global_batch_size": 64}
+    free, budget = (evaluate_one(pools(1, 7, **heavy, prompt_tokens_per_iteration=t))
+                    for t in (0, 8192))  # fmt: skip
+    assert budget["breakdown_s"]["prefill_gemm"] < free["breakdown_s"]["prefill_gemm"]
+    assert budget["memory_per_device_B"] < free["memory_per_device_B"]
+
+
 def test_each_pool_must_hold_its_weights() -> None:
     # Llama 3 70B in bf16 (141 GB): a decode pool of TP 8 holds it; prefill replicas of one GPU
     # do not, and the design is infeasible though the decode pool fits

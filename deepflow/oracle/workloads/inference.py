@@ -551,6 +551,9 @@ def _admitted(caps: DeviceCaps, x: Mapping[str, F], s: _Shape, cal: MemoryCalibr
     # pool's iteration T / s_in whole prompts (at least one, chunked), a decode pool's T tokens
     budget, s_in, s_out = x["max_num_tokens"], x["input_tokens"], x["output_tokens"]
     if phase == "prefill":
+        # (its prompts an iteration: the token budget, else the prompt tokens the scheduler
+        # takes at once, §D2)
+        budget = np.where(budget > 0, budget, x["prompt_tokens_per_iteration"])
         per_stage = np.maximum(np.floor(budget / s_in), 1.0)
     elif phase == "decode":
         per_stage = budget
