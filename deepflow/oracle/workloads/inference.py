@@ -674,14 +674,19 @@ def inference_step(
     # prompts wait together (§D2, bursts) in a closed loop, an offline queue, and a Poisson
     # stream the server cannot keep up with (its backlog); Poisson arrivals it serves come apart
     x = {**x, "together": np.where(poisson, 0.0, 1.0)}
+    full: _Run | None = None
     if np.any(poisson):
         lone = _run(caps, o, s, x, np.ones_like(batch)).cycle  # a request alone: C(1)
         batch = np.where(poisson, _poisson_batch(caps, o, s, x, batch, lone), batch)
-        flood = poisson & (_arrival_rate(x, s) * _run(caps, o, s, x, batch).cycle > batch)
-        x["together"] = np.where(flood, 1.0, x["together"])
+        full = _run(caps, o, s, x, batch)
+        flood = poisson & (_arrival_rate(x, s) * full.cycle > batch)
+        if np.any(flood):  # a backlog's prompts wait together: run them so
+            x["together"] = np.where(flood, 1.0, x["together"])
+            full = None
     memory, _ = _memory(caps, x, s, cal, batch)
     s_out = x["output_tokens"]
-    full = _run(caps, o, s, x, batch)
+    if full is None:
+        full = _run(caps, o, s, x, batch)
     offline = (x["offline"] > 0) & ~poisson
     # an offline run of N requests on B slots (docs/model.md §D2, arrivals): requests of equal
     # lengths admitted together finish together, so the queue drains in floor(N/B) full waves
@@ -885,11 +890,11 @@ def _disaggregated(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
     first = np.minimum(capacity, offered / (lone_p + t_x + full_d))
     rate = np.where(poisson, lam, np.where(offline, capacity, first))
     held_d = _little_batch(rate / decoders, c_dec, most_d, lone_d)
-    through = np.minimum(capacity, offered / (lone_p + t_x + c_dec(held_d)))
+    slot_d = c_dec(held_d)
+    through = np.minimum(capacity, offered / (lone_p + t_x + slot_d))
     rate = np.where(closed, through, rate)
     # the prompts in flight in a prefill replica: those that arrive while an iteration runs
     held_p = _little_batch(rate / prefills, t_pre, most_p, lone_p)
-    slot_d = c_dec(held_d)
     pre = prefill(held_p)
     dec = decode(held_d)
     t_p = sum(pre.values())
