@@ -190,6 +190,11 @@ class KernelCalibration:
         "attention_efficiency_trtllm", ge=0, le=1, default=0.0,
         doc="TensorRT-LLM's fused MHA, forward (serving) / peak (0: as attention_efficiency)",
     )  # fmt: skip
+    attention_efficiency_mla: float = key(
+        "attention_efficiency_mla", ge=0, le=1, default=0.0,
+        doc="a latent attention decode kernel (FlashMLA) / peak, compute-bound (docs/model.md "
+        "§D7; 0: the server's attention kernel's)",
+    )  # fmt: skip
     attention_efficiency_triton: float = key(
         "attention_efficiency_triton", ge=0, le=1, default=0.0,
         doc="FlashAttention in pre-MLIR Triton, forward + backward / peak "

@@ -533,6 +533,7 @@ class DeviceCaps:
     attention_efficiency_fa3: float = 0.6
     attention_efficiency_trtllm: float = 0.6
     attention_efficiency_triton: float = 0.6
+    attention_efficiency_mla: float = 0.0  # a latent decode kernel's (0: the server kernel's)
     # a fused-attention query block's fixed work, in key-block iterations (docs/model.md §C6.2)
     attention_block_overhead: float = 0.0
     attention_block_overhead_trtllm: float = 0.0  # TensorRT-LLM's context FMHA's (§D1)
@@ -589,6 +590,7 @@ def _calibration_fields(cal: KernelCalibration, precision: str) -> dict[str, flo
         "attention_efficiency_fa3": cal.attention_efficiency_fa3 or cal.attention_efficiency,
         "attention_efficiency_trtllm": cal.attention_efficiency_trtllm or cal.attention_efficiency,
         "attention_efficiency_triton": cal.attention_efficiency_triton or cal.attention_efficiency,
+        "attention_efficiency_mla": cal.attention_efficiency_mla,
         "attention_block_overhead": cal.attention_block_overhead,
         "attention_block_overhead_trtllm": cal.attention_block_overhead_trtllm,
         # FP4 grouped GEMMs have their own rate where the family has a table of them

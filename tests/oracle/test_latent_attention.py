@@ -4,12 +4,16 @@ expert beside the routed ones, and dense layers before the MoE ones."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
 from deepflow.config import load_scenario, scenario_from_mapping
+from deepflow.config.calibration import Calibration, current_calibration
 from deepflow.config.specs import Scenario
 from deepflow.errors import ConfigError
 from deepflow.oracle.evaluate import evaluate_one, evaluate_table
@@ -111,3 +115,36 @@ def test_deepseek_model_errors_name_the_key(model: dict, message: str) -> None:
     }  # fmt: skip
     with pytest.raises(ConfigError, match=message):
         scenario_from_mapping(raw, file="<deepseek>")
+
+
+def test_the_latent_decode_kernel_rate_is_flashmlas_fit() -> None:
+    spec = importlib.util.spec_from_file_location("fit_mla", REPO / "benchmarks" / "fit_mla.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fitted = module.fit()
+    hopper = current_calibration().kernel("hopper").attention_efficiency_mla
+    assert fitted["newest"] == pytest.approx(hopper, abs=5e-4)
+    # its memory-bound rate is the family's HBM efficiency within 2 %: checked, not set
+    assert fitted["memory_bound_over_hbm"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_compute_bound_latent_decode_runs_at_the_latent_kernels_rate(tmp_path: Path) -> None:
+    # attention data parallelism: each GPU holds all 128 heads (2·128 FLOPs a latent byte,
+    # compute-bound), decoding at FlashMLA's rate; without that calibration, at the server's
+    # FlashAttention-2 rate (0.33 against 0.824 of the peak)
+    cal = current_calibration()
+    kernels = tmp_path / "kernels.yaml"
+    kernels.write_text(re.sub(r"\n\s*attention_efficiency_mla:[^\n]*", "",
+                              cal.kernels_path.read_text()))  # fmt: skip
+    without = Calibration(cal.frameworks_path, kernels, cal.network_path)
+    s = with_mapping(load_scenario(PRESET), tensor_parallel=1, data_parallel=8,
+                     expert_parallel=8, expert_tensor_parallel=0)  # fmt: skip
+    fast, slow = (evaluate_one(s, calibration=c)["breakdown_s"]["decode_attention"]
+                  for c in (cal, without))  # fmt: skip
+    assert slow > 2 * fast
+    # memory-bound at TP 8 (16 heads a rank): the same either way
+    tp8 = load_scenario(PRESET)
+    a, b = (evaluate_one(tp8, calibration=c)["breakdown_s"]["decode_attention"]
+            for c in (cal, without))  # fmt: skip
+    assert a == b

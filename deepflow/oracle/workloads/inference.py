@@ -441,9 +441,13 @@ def _attention(caps: DeviceCaps, s: _Shape, x: Mapping[str, F], decode: Any, con
         # latent attention (§D7): a decode attends, absorbed, over the cached latent and RoPE
         # key (c_kv + rope a token, read once for all heads, as multi-query attention) with
         # c_kv-wide values; a prompt over its expanded keys (head_dim + rope) and values
+        # (at the family's latent decode kernel's rate where it has one: FlashMLA, §D7)
         latent_B = decode * context * (s.c_kv + s.rope) * x["kv_cache_bytes"]
         flops = 2 * decode * context * s.q * (2 * s.c_kv + s.rope)
-        dec = np.where(s.mla, np.maximum(flops / rate, latent_B / bandwidth), dec)
+        mla_rate = np.where(caps.attention_efficiency_mla > 0,
+                            caps.peak_flops / _slow16(caps) * caps.attention_efficiency_mla
+                            * caps.training_sustained_fraction, rate)  # fmt: skip
+        dec = np.where(s.mla, np.maximum(flops / mla_rate, latent_B / bandwidth), dec)
         widths = 2 * s.d_h + s.rope  # query-key and value widths a head
         io = 2 * prompt_tokens * s.q * widths * s.p_act
         flops = 2 * prompt_tokens * s_in * causal * s.q * widths
