@@ -593,7 +593,7 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
     # join in bursts of the scheduler's prompt tokens an iteration, which stay in phase: every
     # request lasts as long, so each burst's requests finish and come back together (§D2)
     tokens = x["prompt_tokens_per_iteration"]
-    bursts = (tokens > 0) & ~static & (x.get("together", 1.0) > 0)
+    bursts = (tokens > 0) & ~static & (x["together"] > 0)
     burst = np.minimum(micro, np.maximum(np.floor(tokens / s_in), 1.0))
     prompts = np.where(static, micro, np.maximum(joining, np.where(bursts, burst, 1.0)))
     # iterations (of a request's s_out) that carry prompts
@@ -610,11 +610,8 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
     prompt_tokens = prompts * (s_in - late)
     pre = _iteration(caps, o, s, x, others, context, prompt_tokens, prompts * (1.0 - late),
                      others + prompt_tokens)  # fmt: skip
-    # the executor's host work on the micro-batch's requests runs behind the previous
-    # iteration's GPU work (TensorRT-LLM's overlap scheduler): the GPU waits for what is left
-    host = micro * x["host_s_per_request"]
     for part in (dec, pre):
-        part["host"] = np.maximum(host - sum(part.values()), 0.0)
+        _host_wait(part, micro, x)
     breakdown = {f"prefill_{k}": carrying * v for k, v in pre.items()}
     breakdown |= {f"decode_{k}": (s_out - carrying + late) * v for k, v in dec.items()}
     cycle = sum(breakdown.values())  # a request's slot: its prompt and s_out tokens
@@ -635,6 +632,14 @@ def _run(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F], batch: An
         ttft = np.where(lockstep, mean_first, ttft)
         tpot = np.where(lockstep, sum(dec.values()), tpot)
     return _Run(breakdown, cycle, ttft, tpot)
+
+
+def _host_wait(part: dict[str, Any], requests: Any, x: Mapping[str, F]) -> dict[str, Any]:
+    """``part`` (an iteration by part) with its ``host`` time: the executor's host work on the
+    iteration's ``requests`` runs behind the previous iteration's GPU work (TensorRT-LLM's
+    overlap scheduler), so the GPU waits for what is left of it (docs/model.md §D2)."""
+    part["host"] = np.maximum(requests * x["host_s_per_request"] - sum(part.values()), 0.0)
+    return part
 
 
 def _lockstep_iterations(
@@ -658,7 +663,7 @@ def _lockstep_iterations(
     dec1 = _iteration(caps, o, s, x, one, context, 0.0, 0.0,
                       np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, one), one))  # fmt: skip
     for part, waiting in ((lone, one), (group, micro), (dec1, one)):
-        part["host"] = np.maximum(waiting * x["host_s_per_request"] - sum(part.values()), 0.0)
+        _host_wait(part, waiting, x)
     lone = {k: v + late * dec1[k] for k, v in lone.items()}
     group = {k: v + late * dec[k] for k, v in group.items()}
     return lone, group
@@ -844,20 +849,17 @@ def _disaggregated(caps: DeviceCaps, o: ArrayOps, s: _Shape, x: Mapping[str, F],
     offered = decoders * x["global_batch_size"]
     after = np.maximum(s_out - 1.0, 0.0)  # tokens the decode pool runs
     context = s_in + s_out / 2  # as continuous batching's mean (§D2)
-    host = x["host_s_per_request"]
 
     def prefill(b: Any) -> dict[str, Any]:  # one pass of the ⌈b/pp⌉ prompts of a micro-batch
         micro = np.ceil(b / sp.pp)
         part = _iteration(caps, o, sp, xp, zeros, context, micro * s_in, micro, micro * s_in)
-        part["host"] = np.maximum(micro * host - sum(part.values()), 0.0)
-        return part
+        return _host_wait(part, micro, x)
 
     def decode(b: Any) -> dict[str, Any]:  # one decode iteration of a micro-batch
         micro = np.ceil(b / s.pp)
         padded = np.where(x["cuda_graph_padding"] > 0, _graph_batch(x, micro), micro)
         part = _iteration(caps, o, s, x, micro, context, zeros, zeros, padded)
-        part["host"] = np.maximum(micro * host - sum(part.values()), 0.0)
-        return part
+        return _host_wait(part, micro, x)
 
     def t_pre(b: Any) -> Any:
         return sum(prefill(b).values())
